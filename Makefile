@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make run` (the main job on the shipped default policy) and
+# `make test`. Both create .venv if it is missing and install the project into it.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: install run test bench bench-quick check clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	@bash examples/run.sh $(BIN)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+check: $(STAMP)
+	$(BIN)/hisparse check policies/
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

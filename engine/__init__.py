@@ -1,0 +1,1 @@
+"""hisparse-router policy engine (pure Python; never imports torch)."""

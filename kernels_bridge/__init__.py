@@ -1,0 +1,44 @@
+"""Kernel bridge: runs the attention backend a policy chose.
+
+FP8 656-byte KV rows (`fp8`), exact CPU reference kernels (`reference`), the FlashMLA adapter
+(`flashmla`), validation and dispatch by backend name (`validate`, `dispatch`) and HiSparse's hot
+buffer (`hot_buffer`). Everything here needs torch; names are resolved lazily so that
+`import kernels_bridge` stays cheap until a name is used.
+"""
+from __future__ import annotations
+
+import importlib
+
+# public name -> module that defines it
+_EXPORTS = {
+    "quantize_kv_fp8": "fp8",
+    "dequantize_kv_fp8": "fp8",
+    "FP8_ROW_BYTES": "fp8",
+    "sparse_prefill": "reference",
+    "sparse_decode_fp8": "reference",
+    "BridgeError": "errors",
+    "ValidationError": "errors",
+    "ProviderUnavailable": "errors",
+    "RoutingRejected": "errors",
+    "run_backend": "dispatch",
+    "attend": "dispatch",
+    "BACKENDS": "dispatch",
+    "flashmla_status": "flashmla",
+    "doctor_report": "doctor",
+    "HotBuffer": "hot_buffer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernels_bridge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
