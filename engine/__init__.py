@@ -1,1 +1,29 @@
-"""hisparse-router policy engine (pure Python; never imports torch)."""
+"""hisparse-router policy engine: load versioned YAML routing policies, evaluate server configs,
+explain and compare decisions. Pure Python: never imports torch.
+
+    >>> import engine
+    >>> policy = engine.load_policy("nsa-backends@2")
+    >>> d = engine.evaluate(policy, {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
+    ...                              "disable_radix_cache": True})
+    >>> d.ok, d.backends
+    (True, {'prefill': 'flashmla_kv', 'decode': 'flashmla_kv'})
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .decision import Decision, Violation
+from .errors import CODES, ConfigError, HisparseError, PolicyError, Problem
+from .loader import list_families, load_policy
+from .policy import Policy
+
+__all__ = [
+    "CODES", "ConfigError", "Decision", "HisparseError", "Policy", "PolicyError", "Problem",
+    "Violation", "evaluate", "list_families", "load_policy",
+]
+__version__ = "0.1.0"
+
+
+def evaluate(policy, config: Mapping) -> Decision:
+    """Evaluate `config` against `policy` (a Policy or a reference such as "nsa-backends@2")."""
+    return load_policy(policy).evaluate(config)

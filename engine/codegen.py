@@ -1,0 +1,197 @@
+"""Compile a policy into one straight-line Python function.
+
+Evaluation is on a server's start-up path and in scripts that check thousands of configs, so it
+must cost about what SGLang's hand-written if/else costs. The generated function does exactly the
+work of such an if/else: local variables instead of dict look-ups, conditions as inline
+expressions, per-phase checks unrolled, messages as f-strings, allowed sets and their rendered
+text as constants. Only validated policy data reaches the source, and only through repr(), so
+the text compiled is fully determined by the schema-checked policy.
+
+`interpret.py` defines the same semantics as a plain tree walk (used by explain and coverage);
+tests check that both agree on every config of every shipped policy's domain.
+"""
+from __future__ import annotations
+
+from .conditions import Cond, TrueCond
+from .model import Rule, Table
+from .templates import Literal, Template, render_set
+
+
+class _Emitter:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.consts: dict[str, object] = {}
+        self.depth = 1
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def const(self, prefix: str, value) -> str:
+        name = f"_{prefix}{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+
+def compile_policy(policy) -> tuple[str, dict]:
+    """Python source of `_evaluate(cfg)` for `policy`, and the constants it refers to."""
+    e = _Emitter()
+    inputs = policy.inputs
+    var = {name: f"v_{name}" for name in inputs}  # condition names -> expressions
+    for ph in policy.phases:
+        var[("user_set", ph)] = f"u_{ph}"
+    for name, spec in inputs.items():
+        if not spec.nullable:  # lets comparisons skip their None guard
+            var[("nonnull", var[name])] = True
+    tpl = dict(var)  # template fields -> variables
+    for ph, spec in policy.phases.items():
+        tpl[ph] = var[spec.input]
+
+    e.emit("if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
+    e.emit("    cfg = _normalize(cfg)")
+    e.emit("get = cfg.get")
+    for name, spec in inputs.items():
+        v = var[name]
+        e.emit(f"{v} = get({name!r}, {spec.default!r})")
+        bad = _invalid_expr(spec, v, e)
+        e.emit(f"if {bad}:")
+        e.emit("    _reject(cfg)")
+    for ph, spec in policy.phases.items():
+        e.emit(f"u_{ph} = {var[spec.input]} is not None")
+        e.emit(f"s_{ph} = 'user' if u_{ph} else None")
+    e.emit("log = []")
+    e.emit("viol = []")
+
+    result = ("_Decision(_policy, (" + "".join(f"{var[n]}, " for n in inputs) + "), ("
+              + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, cfg)")
+    index = {id(r): i for i, r in enumerate(policy.rule_list)}
+
+    # resolve: rewrite inputs, log, stop on a failed requirement
+    st = policy.stages["resolve"]
+    with _block(e, st.when, var):
+        for rule in st.rules:
+            e.emit(f"# resolve {rule.name} (line {rule.line})")
+            with _block(e, rule.when, var):
+                if rule.require is not None:
+                    e.emit(f"if not {rule.require.py(var)}:")
+                    e.emit(f"    viol.append(({index[id(rule)]}, None, {rule.message.fstring(tpl)}))")
+                    e.emit(f"    return {result}")
+                for name, value in rule.set.items():
+                    e.emit(f"{var[name]} = {value!r}")
+                    phase = inputs[name].phase
+                    if phase is not None:
+                        e.emit(f"s_{phase} = {rule.name!r}")
+                if rule.log is not None:
+                    e.emit(f"log.append({rule.log.fstring(tpl)})")
+                if not rule.set and rule.log is None and rule.require is None:
+                    e.emit("pass")
+
+    # defaults: the first matching rule fills each unset phase
+    st = policy.stages["defaults"]
+    with _block(e, st.when, var):
+        for i, rule in enumerate(st.rules):
+            head = "else" if isinstance(rule.when, TrueCond) and i else ("if" if i == 0 else "elif")
+            test = "" if head == "else" else " " + rule.when.py(var)
+            e.emit(f"{head}{test}:  # default {rule.name} (line {rule.line})")
+            e.depth += 1
+            for ph, backend in rule.set.items():
+                v = var[policy.phases[ph].input]
+                e.emit(f"if {v} is None:")
+                e.emit(f"    {v} = {backend!r}")
+                e.emit(f"    s_{ph} = {rule.name!r}")
+            if rule.log is not None:
+                e.emit(f"log.append({rule.log.fstring(tpl)})")
+            e.depth -= 1
+
+    # checks: every failure is a violation, in order
+    st = policy.stages["checks"]
+    with _block(e, st.when, var):
+        for rule in st.rules:
+            e.emit(f"# check {rule.name} (line {rule.line})")
+            if rule.for_each_phase:
+                for ph, spec in policy.phases.items():
+                    pvar = dict(var, backend=var[spec.input], phase=repr(ph))
+                    ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
+                    _check(e, rule, index[id(rule)], pvar, ptpl, ph)
+            else:
+                _check(e, rule, index[id(rule)], var, tpl, None)
+    e.emit(f"return {result}")
+
+    source = "def _evaluate(cfg):\n" + "\n".join(e.lines) + "\n"
+    return source, e.consts
+
+
+class _block:
+    """`if COND:` around the body, or nothing when COND always holds."""
+
+    def __init__(self, e: _Emitter, cond: Cond, var: dict):
+        self.e, self.always = e, isinstance(cond, TrueCond)
+        if not self.always:
+            e.emit(f"if {cond.py(var)}:")
+            e.depth += 1
+        self.start = len(e.lines)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if len(self.e.lines) == self.start:
+            self.e.emit("pass")  # keeps an empty body valid
+        if not self.always:
+            self.e.depth -= 1
+        return False
+
+
+def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str | None) -> None:
+    with _block(e, rule.when, var):
+        if rule.require is not None:
+            e.emit(f"if not {rule.require.py(var)}:")
+            e.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(tpl)}))")
+            return
+        # allowed: the phase's backend must lie in the table's set for the current inputs
+        leaves: list[frozenset] = []
+        choice = _table_expr(rule.allowed, var, leaves)
+        sets = e.const("sets", tuple(leaves))
+        specs = {f.spec for f in rule.message.fields if f.name == "allowed"}
+        local_tpl = dict(tpl)
+        for spec in specs:
+            texts = e.const("text", tuple(render_set(s, spec) for s in leaves))
+            local_tpl[("allowed", spec)] = f"{texts}[_i]"
+        e.emit(f"_i = {choice}")
+        e.emit(f"if {var['backend']} not in {sets}[_i]:")
+        e.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(local_tpl)}))")
+
+
+def _table_expr(table: Table, var: dict, leaves: list) -> str:
+    """A conditional expression choosing the index (into `leaves`) of the table's set."""
+
+    def leaf(row) -> str:
+        if isinstance(row, Table):
+            return "(" + _table_expr(row, var, leaves) + ")"
+        leaves.append(row if row is not None else frozenset())
+        return str(len(leaves) - 1)
+
+    key = var[table.key]
+    parts = []
+    for value, row in table.rows.items():
+        test = f"{key} is {value!r}" if isinstance(value, bool) else f"{key} == {value!r}"
+        parts.append(f"{leaf(row)} if {test} else ")
+    return "".join(parts) + leaf(table.otherwise)
+
+
+def _invalid_expr(spec, v: str, e: _Emitter) -> str:
+    """Expression true when `v` is not a valid value of the input (then the slow path reports)."""
+    if spec.type == "bool":
+        bad = f"({v}.__class__ is not bool)"
+    elif spec.type == "enum":
+        domain = e.const("dom", frozenset(spec.values))
+        bad = f"({v}.__class__ is not str or {v} not in {domain})"
+    else:
+        checks = [f"{v}.__class__ is not int"]
+        if spec.minimum is not None:
+            checks.append(f"{v} < {spec.minimum!r}")
+        if spec.maximum is not None:
+            checks.append(f"{v} > {spec.maximum!r}")
+        bad = "(" + " or ".join(checks) + ")"
+    if spec.nullable:
+        return f"({v} is not None and {bad})"
+    return bad

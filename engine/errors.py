@@ -1,0 +1,113 @@
+"""Errors as data: every problem has a stable code, a message and, where it comes from a file, a
+position. Exceptions carry lists of problems so that everything wrong is reported at once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# code -> (slug, what it means). The README's error-code table is generated from this mapping and
+# a test keeps the two in step.
+CODES: dict[str, tuple[str, str]] = {
+    # reading a file
+    "E101": ("unreadable-file", "the file cannot be read (missing, a directory, no permission)"),
+    "E102": ("file-too-large", "the file is larger than the size limit"),
+    "E103": ("not-utf8", "the file is not UTF-8 text"),
+    "E104": ("yaml-syntax", "the YAML (or JSON) text does not parse"),
+    "E105": ("duplicate-key", "a mapping repeats a key"),
+    "E106": ("yaml-tag", "a YAML tag outside the plain data types (e.g. !!python/object)"),
+    "E107": ("yaml-alias", "anchors and aliases are not allowed in policy and config files"),
+    "E108": ("too-deep", "nesting deeper than the limit"),
+    "E109": ("not-a-mapping", "the document is not a mapping"),
+    "E110": ("multiple-documents", "the file holds more than one YAML document"),
+    "E111": ("non-string-key", "a mapping key that is not a plain string (quote it)"),
+    # the schema of the policy language
+    "E201": ("schema", "the policy does not follow the policy-language schema"),
+    # names and values inside a policy
+    "E301": ("unknown-input", "a rule names an input the policy does not declare"),
+    "E302": ("unknown-value", "a value outside the declared domain of its input"),
+    "E303": ("unknown-backend", "a backend the policy does not declare"),
+    "E304": ("unknown-phase", "a phase the policy does not declare"),
+    "E305": ("bad-default", "an input's default is outside its declared domain"),
+    "E306": ("template-field", "a message or log template names an unknown field"),
+    "E307": ("duplicate-name", "two rules, inputs, phases or backends share a name"),
+    "E308": ("wrong-type", "a value of the wrong type for its input or operator"),
+    "E309": ("reserved-name", "an input or phase uses a name the language reserves"),
+    "E310": ("bad-table", "an allowed-backend table that does not cover its key or is misplaced"),
+    "E311": ("bad-rule", "a rule whose parts do not fit its stage"),
+    "E312": ("policy-identity", "family or version do not match the file's place (<family>/v<N>.yaml)"),
+    # deep lint (whole-domain analysis)
+    "L401": ("shadowed-default", "a default rule never chosen because earlier rules cover it"),
+    "L402": ("dead-rule", "a rule whose condition holds for no config of the declared domain"),
+    "L403": ("self-contradiction", "a default that the policy's own checks reject"),
+    "L404": ("empty-allowed", "an allowed-backend set that is empty"),
+    "L405": ("unused-input", "a declared input that no rule reads"),
+    # configs (what evaluate is asked about)
+    "C501": ("unknown-key", "a config key the policy does not declare"),
+    "C502": ("unknown-value", "a config value outside the input's domain"),
+    "C503": ("wrong-type", "a config value of the wrong type"),
+    "C504": ("bad-config-file", "a config file that cannot be read or is not a mapping"),
+    "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
+    # references to policies
+    "R601": ("unknown-policy", "no policy family or version by that name"),
+    "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N or a file"),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong. `line`/`col` are 1-based; 0 when the problem has no position."""
+
+    code: str
+    message: str
+    file: str = ""
+    line: int = 0
+    col: int = 0
+    hint: str = ""
+
+    @property
+    def slug(self) -> str:
+        return CODES.get(self.code, ("", ""))[0]
+
+    def where(self) -> str:
+        if not self.file:
+            return ""
+        if self.line:
+            return f"{self.file}:{self.line}:{self.col}"
+        return self.file
+
+    def __str__(self) -> str:
+        text = f"{self.code}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        where = self.where()
+        return f"{where}: {text}" if where else text
+
+    def to_dict(self) -> dict:
+        out = {"code": self.code, "slug": self.slug, "message": self.message}
+        if self.file:
+            out.update(file=self.file, line=self.line, col=self.col)
+        if self.hint:
+            out["hint"] = self.hint
+        return out
+
+
+class HisparseError(Exception):
+    """Base of the engine's documented errors: one or more problems."""
+
+    def __init__(self, problems):
+        self.problems: list[Problem] = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __reduce__(self):  # keeps the problems across pickling (multiprocessing)
+        return (type(self), (self.problems,))
+
+
+class PolicyError(HisparseError):
+    """A policy file (or reference) is invalid. CLI exit code 2."""
+
+
+class ConfigError(HisparseError, ValueError):
+    """A config given to evaluate is invalid (unknown key or value, wrong type). CLI exit code 2."""
+
+
+def sort_problems(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.file, p.line or 10**9, p.col, p.code))

@@ -1,0 +1,146 @@
+"""Finding, reading, checking and compiling policies.
+
+`load_policy(ref)`: ref is a family ("nsa-backends", its newest version), a family and version
+("nsa-backends@2") or a file path. A load reads the file's bytes and hashes them; a policy already
+compiled from the same bytes is served from the cache, so repeated loads cost a read and a hash.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import OrderedDict
+
+from .build import Builder
+from .errors import PolicyError, Problem
+from .paths import default_policy_dir, shipped_policy_dir
+from .policy import Policy
+from .schema import schema_problems
+from .suggest import did_you_mean
+from .yaml_reader import Document, ReadError, decode_utf8, max_file_bytes, parse_yaml, read_bytes
+
+_REF = re.compile(r"^(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>\d+))?$")
+_VERSION_FILE = re.compile(r"^v(\d+)\.yaml$")
+_CACHE_SIZE = 64
+_cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
+_lock = threading.Lock()
+
+
+def load_policy(ref, policy_dir: str | None = None) -> Policy:
+    """Load a policy by reference. Raises PolicyError (every problem, with file:line:col)."""
+    if isinstance(ref, Policy):
+        return ref
+    if not isinstance(ref, str) or not ref:
+        raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {ref!r}")])
+    if _looks_like_path(ref):
+        return load_file(ref)
+    path, display = resolve_ref(ref, policy_dir)
+    return load_file(path, display)
+
+
+def _looks_like_path(ref: str) -> bool:
+    return os.sep in ref or "/" in ref or ref.endswith((".yaml", ".yml", ".json")) or os.path.isfile(ref)
+
+
+def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
+    """(path, display name) of the file a FAMILY or FAMILY@N reference names."""
+    m = _REF.match(ref)
+    if not m:
+        raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
+                                   "(e.g. nsa-backends@2) or a path to a .yaml file")])
+    root = policy_dir or default_policy_dir()
+    family, version = m.group("family"), m.group("version")
+    families = list_families(root)
+    if family not in families:
+        raise PolicyError([Problem("R601", f"no policy family '{family}' in {_display_dir(root)}",
+                                   hint=did_you_mean(family, families))])
+    versions = families[family]
+    if version is None:
+        number = max(versions)
+    else:
+        number = int(version)
+        if number not in versions:
+            listed = ", ".join(f"{family}@{v}" for v in sorted(versions))
+            raise PolicyError([Problem("R601", f"no version {number} of '{family}'", hint=f"available: {listed}")])
+    path = os.path.join(root, family, f"v{number}.yaml")
+    return path, os.path.join(_display_dir(root), family, f"v{number}.yaml")
+
+
+def list_families(root: str | None = None) -> dict[str, list[int]]:
+    """family -> sorted versions found under a policy folder."""
+    root = root or default_policy_dir()
+    out: dict[str, list[int]] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        folder = os.path.join(root, name)
+        if name == "schema" or not os.path.isdir(folder):
+            continue
+        versions = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := _VERSION_FILE.match(f)))
+        if versions:
+            out[name] = versions
+    return out
+
+
+def _display_dir(root: str) -> str:
+    # the shipped folder is shown as "policies", never as where it happens to be installed
+    if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
+        return "policies"
+    return root
+
+
+def load_file(path: str, display: str | None = None) -> Policy:
+    display = display or path
+    try:
+        data = read_bytes(path, display, max_file_bytes())
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()
+    key = (digest, display)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    policy = compile_bytes(data, display, digest, path)
+    with _lock:
+        _cache[key] = policy
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return policy
+
+
+def compile_bytes(data: bytes, display: str, digest: str, path: str = "") -> Policy:
+    """Parse, schema-check, check names and values, and compile. Raises PolicyError."""
+    try:
+        doc = parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    return compile_document(doc, path)
+
+
+def compile_document(doc: Document, path: str = "") -> Policy:
+    if not isinstance(doc.data, dict):
+        kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
+        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
+    problems = schema_problems(doc)
+    if problems:
+        raise PolicyError(_sorted(problems))
+    builder = Builder(doc)
+    parts = builder.build()
+    if builder.problems:
+        raise PolicyError(_sorted(builder.problems))
+    return Policy(parts, doc.file, doc.sha256, path or doc.file)
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,192 @@
+"""A loaded, compiled policy: its declarations, the config checks, and evaluate()."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterator, Mapping
+
+from . import codegen, interpret
+from .build import Parts
+from .decision import Decision
+from .errors import ConfigError, Problem
+from .suggest import did_you_mean
+
+
+class Policy:
+    """One version of one policy family, compiled once at load.
+
+    `evaluate(config)` runs the compiled function; `trace(config)` runs the interpreter and
+    returns the decision with the trace of every rule tried (explain, coverage).
+    """
+
+    def __init__(self, parts: Parts, file: str, sha256: str, path: str = ""):
+        self.family = parts.family
+        self.version = parts.version
+        self.description = parts.description
+        self.source = parts.source
+        self.inputs = parts.inputs
+        self.backends = parts.backends
+        self.phases = parts.phases
+        self.tables = parts.tables
+        self.stages = parts.stages
+        self.file = file  # as shown in messages
+        self.path = path or file  # where it was read from
+        self.sha256 = sha256
+        self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
+        self.input_names = tuple(self.inputs)
+        self.phase_names = tuple(self.phases)
+        self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
+        # every accepted spelling of a config key -> its input (flags without --, dashes or underscores)
+        self.key_map: dict[str, str] = {}
+        for name, spec in self.inputs.items():
+            self.key_map[name] = name
+            self.key_map[name.replace("_", "-")] = name
+            for flag in spec.flags:
+                self.key_map[flag[2:]] = name
+                self.key_map[flag[2:].replace("-", "_")] = name
+        self.phase_key_aliases = {
+            ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
+            for ph in self.phases
+        }
+        self.source_code, consts = codegen.compile_policy(self)
+        namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self._normalize_strict,
+                         _reject=self._reject, _Decision=Decision, _policy=self)
+        exec(compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec"), namespace)
+        self._evaluate = namespace["_evaluate"]
+
+    # -- identity ----------------------------------------------------------------------------
+    @property
+    def ref(self) -> str:
+        return f"{self.family}@{self.version}"
+
+    def identity(self) -> dict:
+        return {"family": self.family, "version": self.version, "sha256": self.sha256}
+
+    def location(self, rule) -> str:
+        return f"{self.file}:{rule.line}"
+
+    def rule(self, name: str):
+        for r in self.rule_list:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"<Policy {self.ref} {self.file} sha256={self.sha256[:12]}>"
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, config: Mapping) -> Decision:
+        """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
+        for unknown keys or values."""
+        return self._evaluate(config)
+
+    def trace(self, config: Mapping) -> tuple[Decision, interpret.Trace]:
+        """Evaluate with the interpreter, recording every stage, rule and check tried."""
+        given = config
+        full = self.complete(self.normalize(config))
+        trace = interpret.Trace()
+        return interpret.run(self, full, given, trace), trace
+
+    def interpret(self, config: Mapping) -> Decision:
+        return interpret.run(self, self.complete(self.normalize(config)), config)
+
+    # -- configs -----------------------------------------------------------------------------
+    def canonical_key(self, key) -> str | None:
+        if not isinstance(key, str):
+            return None
+        return self.key_map.get(key) or self.key_map.get(key.replace("-", "_"))
+
+    def normalize(self, config, file: str = "") -> dict:
+        """Canonical keys and validated values (only the keys given). Keys may be spelled as
+        inputs or as their flags (dashes or underscores). Raises ConfigError listing every
+        problem."""
+        out, problems, _ = self._check(config, False, file)
+        if problems:
+            raise ConfigError(problems)
+        return out
+
+    def normalize_lenient(self, config, file: str = "") -> tuple[dict, list]:
+        """As normalize, but keys that are neither inputs nor close to one are returned as
+        ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
+        of an input name is still an error."""
+        out, problems, ignored = self._check(config, True, file)
+        if problems:
+            raise ConfigError(problems)
+        return out, ignored
+
+    def complete(self, canonical: dict) -> dict:
+        return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
+
+    def _normalize_strict(self, config):
+        return self.normalize(config)
+
+    def _reject(self, config):
+        problems = self._check(config, False, "")[1]
+        raise ConfigError(problems or [Problem("C503", "invalid config")])
+
+    def _check(self, config, lenient: bool, file: str):
+        problems: list[Problem] = []
+        ignored: list[str] = []
+        out: dict = {}
+        spelled: dict = {}
+        if not isinstance(config, Mapping):
+            return out, [Problem("C504", f"a config is a mapping of input -> value, got "
+                                 f"{type(config).__name__}", file)], ignored
+        names = sorted(set(self.key_map))
+        for key, value in config.items():
+            name = self.canonical_key(key)
+            if name is None:
+                hint = did_you_mean(str(key), self.input_names) if isinstance(key, str) else ""
+                close = isinstance(key, str) and hint.startswith("did you mean")
+                if lenient and not close:
+                    ignored.append(str(key))
+                    continue
+                if not hint and isinstance(key, str):
+                    hint = did_you_mean(key, names)
+                problems.append(Problem("C501", f"unknown config key {key!r}", file, hint=hint))
+                continue
+            if name in out and out[name] != value:
+                problems.append(Problem("C501", f"{key!r} and {spelled[name]!r} both set '{name}', "
+                                        "to different values", file))
+                continue
+            spelled[name] = key
+            spec = self.inputs[name]
+            if not spec.accepts(value):
+                problems.append(self._value_problem(spec, key, value, file))
+                continue
+            out[name] = value
+        return out, problems, ignored
+
+    def _value_problem(self, spec, key, value, file) -> Problem:
+        shown = value if not isinstance(value, str) else repr(value)
+        if spec.type == "enum" and isinstance(value, str):
+            return Problem("C502", f"{key}: {shown} is not a valid value; {spec.describe_domain()}",
+                           file, hint=did_you_mean(value, spec.values))
+        if spec.type == "int" and type(value) is int:
+            return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
+        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+                type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+        note = ""
+        if spec.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            note = " (strings are not booleans: write true or false without quotes)"
+        if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            note = " (strings are not integers: write the number without quotes)"
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {shown}{note}", file)
+
+    # -- the declared domain -----------------------------------------------------------------
+    def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
+        """Every config of the declared domain (int inputs take their representative values),
+        as complete canonical dicts. `inputs` maps name -> values to override."""
+        names = self.input_names
+        values = [list((inputs or {}).get(n, self.inputs[n].domain())) for n in names]
+        for combo in itertools.product(*values):
+            yield dict(zip(names, combo))
+
+    def domain_size(self) -> int:
+        n = 1
+        for spec in self.inputs.values():
+            n *= len(spec.domain())
+        return n
+
+
+def spec_flags(policy: Policy, phase: str) -> tuple:
+    return policy.inputs[policy.phases[phase].input].flags

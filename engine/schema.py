@@ -1,0 +1,88 @@
+"""The JSON Schema of the policy language, and its errors mapped back to YAML positions."""
+from __future__ import annotations
+
+import json
+import os
+
+from .errors import Problem
+from .suggest import did_you_mean
+from .yaml_reader import Document
+
+_validator = None
+
+
+def schema_path() -> str:
+    from .paths import shipped_policy_dir
+
+    return os.path.join(shipped_policy_dir(), "schema", "policy.schema.json")
+
+
+def validator():
+    global _validator
+    if _validator is None:
+        import jsonschema  # imported on first use: it is the slowest import of a load
+
+        with open(schema_path(), encoding="utf-8") as fh:
+            schema = json.load(fh)
+        _validator = jsonschema.Draft202012Validator(schema)
+    return _validator
+
+
+def schema_problems(doc: Document) -> list[Problem]:
+    """Every schema violation of the document, each at the position of the offending node."""
+    out: list[Problem] = []
+    seen = set()
+    for err in validator().iter_errors(doc.data):
+        for p in _explain(doc, err):
+            key = (p.line, p.col, p.message)
+            if key not in seen:
+                seen.add(key)
+                out.append(p)
+    return out
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path) or "the document"
+
+
+def _explain(doc: Document, err) -> list[Problem]:
+    path = tuple(err.absolute_path)
+    v = err.validator
+    if v == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = list(err.schema.get("properties", {}))
+        extras = [k for k in err.instance if k not in allowed]
+        return [doc.problem("E201", f"unknown key '{k}' in {_where(path)}", path + (k,), key=True,
+                            hint=did_you_mean(k, allowed) if allowed else "")
+                for k in extras]
+    if v == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return [doc.problem("E201", f"{_where(path)} is missing the required key '{missing}'", path,
+                            key=bool(path))]
+    if v == "dependentRequired":
+        return [doc.problem("E201", f"in {_where(path)}: {err.message}", path, key=bool(path))]
+    if v == "oneOf" and path and path[0] == "checks" and isinstance(err.instance, dict):
+        both = "require" in err.instance and "allowed" in err.instance
+        text = ("a check takes either 'require' or 'allowed', not both" if both
+                else "a check needs 'require' or 'allowed'")
+        return [doc.problem("E201", f"{_where(path)}: {text}", path, key=True)]
+    if v in ("anyOf", "oneOf") and err.context:
+        return _explain(doc, _best(err.context))
+    if v == "anyOf" and path[:1] == ("resolve",) and not err.context:
+        return [doc.problem("E201", f"{_where(path)}: a resolve rule needs set, log or require", path, key=True)]
+    if v == "not" and isinstance(err.instance, dict) and "type" in err.instance:
+        return [doc.problem("E201", f"{_where(path)}: a {err.instance['type']} input takes no "
+                            "values/minimum/maximum here", path, key=True)]
+    if v == "pattern":
+        return [doc.problem("E201", f"{_where(path)}: {err.instance!r} is not a valid name here "
+                            f"(pattern {err.validator_value})", path)]
+    return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path)]
+
+
+def _best(errors):
+    """The most specific of the alternatives' errors: the deepest, a structural one over a type
+    mismatch (an operator object with a typo beats "is not a string")."""
+    return max(errors, key=lambda e: (len(e.absolute_path), e.validator != "type"))
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[: limit - 3] + "..."
