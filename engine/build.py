@@ -20,6 +20,9 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends",
 }
 STAGES = ("resolve", "defaults", "checks")
+# options of the `hisparse` command itself, which no input may take as its flag
+RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
+                            "--help", "--version", "--explain"})
 
 
 class Parts:
@@ -128,6 +131,10 @@ class Builder:
         seen: dict[str, str] = {}
         for inp in self.parts.inputs.values():
             for i, flag in enumerate(inp.flags):
+                if flag in RESERVED_FLAGS or flag.startswith("--no-"):
+                    self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
+                                 "(--no-X is generated for boolean inputs)",
+                                 inp.path + ("flags", i) if inp.phase is None else inp.path)
                 key = flag[2:].replace("-", "_")
                 if key in seen and seen[key] != inp.name:
                     self.problem("E307", f"flag {flag} names both '{seen[key]}' and '{inp.name}'",

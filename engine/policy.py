@@ -8,7 +8,7 @@ from . import codegen, interpret
 from .build import Parts
 from .decision import Decision
 from .errors import ConfigError, Problem
-from .suggest import did_you_mean
+from .suggest import closest, did_you_mean
 
 
 class Policy:
@@ -95,20 +95,20 @@ class Policy:
             return None
         return self.key_map.get(key) or self.key_map.get(key.replace("-", "_"))
 
-    def normalize(self, config, file: str = "") -> dict:
+    def normalize(self, config, file: str = "", doc=None) -> dict:
         """Canonical keys and validated values (only the keys given). Keys may be spelled as
         inputs or as their flags (dashes or underscores). Raises ConfigError listing every
         problem."""
-        out, problems, _ = self._check(config, False, file)
+        out, problems, _ = self._check(config, False, file, doc)
         if problems:
             raise ConfigError(problems)
         return out
 
-    def normalize_lenient(self, config, file: str = "") -> tuple[dict, list]:
+    def normalize_lenient(self, config, file: str = "", doc=None) -> tuple[dict, list]:
         """As normalize, but keys that are neither inputs nor close to one are returned as
         ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
         of an input name is still an error."""
-        out, problems, ignored = self._check(config, True, file)
+        out, problems, ignored = self._check(config, True, file, doc)
         if problems:
             raise ConfigError(problems)
         return out, ignored
@@ -123,7 +123,9 @@ class Policy:
         problems = self._check(config, False, "")[1]
         raise ConfigError(problems or [Problem("C503", "invalid config")])
 
-    def _check(self, config, lenient: bool, file: str):
+    def _check(self, config, lenient: bool, file: str, doc=None):
+        """(canonical config, problems, ignored keys). `doc` (a parsed config file) gives each
+        problem the line and column of its key."""
         problems: list[Problem] = []
         ignored: list[str] = []
         out: dict = {}
@@ -132,26 +134,31 @@ class Policy:
             return out, [Problem("C504", f"a config is a mapping of input -> value, got "
                                  f"{type(config).__name__}", file)], ignored
         names = sorted(set(self.key_map))
+
+        def at(problem: Problem, key) -> Problem:
+            if doc is None:
+                return problem
+            line, col = doc.pos((key,), key=True)
+            return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+
         for key, value in config.items():
             name = self.canonical_key(key)
             if name is None:
-                hint = did_you_mean(str(key), self.input_names) if isinstance(key, str) else ""
-                close = isinstance(key, str) and hint.startswith("did you mean")
-                if lenient and not close:
+                near = closest(key, names) if isinstance(key, str) else None
+                if lenient and near is None:
                     ignored.append(str(key))
                     continue
-                if not hint and isinstance(key, str):
-                    hint = did_you_mean(key, names)
-                problems.append(Problem("C501", f"unknown config key {key!r}", file, hint=hint))
+                hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
+                problems.append(at(Problem("C501", f"unknown config key {key!r}", file, hint=hint), key))
                 continue
             if name in out and out[name] != value:
-                problems.append(Problem("C501", f"{key!r} and {spelled[name]!r} both set '{name}', "
-                                        "to different values", file))
+                problems.append(at(Problem("C501", f"{key!r} and {spelled[name]!r} both set '{name}', "
+                                           "to different values", file), key))
                 continue
             spelled[name] = key
             spec = self.inputs[name]
             if not spec.accepts(value):
-                problems.append(self._value_problem(spec, key, value, file))
+                problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
         return out, problems, ignored
@@ -160,7 +167,7 @@ class Policy:
         shown = value if not isinstance(value, str) else repr(value)
         if spec.type == "enum" and isinstance(value, str):
             return Problem("C502", f"{key}: {shown} is not a valid value; {spec.describe_domain()}",
-                           file, hint=did_you_mean(value, spec.values))
+                           file, hint=did_you_mean(value, spec.values, list_if_none=False))
         if spec.type == "int" and type(value) is int:
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
         kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",

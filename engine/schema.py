@@ -30,15 +30,14 @@ def validator():
 
 def schema_problems(doc: Document) -> list[Problem]:
     """Every schema violation of the document, each at the position of the offending node."""
-    out: list[Problem] = []
-    seen = set()
-    for err in validator().iter_errors(doc.data):
+    best: dict = {}  # (line, col) -> (schema depth, order, problem): one message per node
+    for order, err in enumerate(validator().iter_errors(doc.data)):
+        depth = len(err.absolute_schema_path)  # deeper = the more specific rule that failed
         for p in _explain(doc, err):
-            key = (p.line, p.col, p.message)
-            if key not in seen:
-                seen.add(key)
-                out.append(p)
-    return out
+            key = (p.line, p.col)
+            if key not in best or depth > best[key][0]:
+                best[key] = (depth, order, p)
+    return [p for _, _, p in sorted(best.values(), key=lambda x: x[1])]
 
 
 def _where(path) -> str:
@@ -65,10 +64,10 @@ def _explain(doc: Document, err) -> list[Problem]:
         text = ("a check takes either 'require' or 'allowed', not both" if both
                 else "a check needs 'require' or 'allowed'")
         return [doc.problem("E201", f"{_where(path)}: {text}", path, key=True)]
+    if v == "anyOf" and len(path) == 3 and path[0] == "resolve" and isinstance(err.instance, dict):
+        return [doc.problem("E201", f"{_where(path)}: a resolve rule needs set, log or require", path, key=True)]
     if v in ("anyOf", "oneOf") and err.context:
         return _explain(doc, _best(err.context))
-    if v == "anyOf" and path[:1] == ("resolve",) and not err.context:
-        return [doc.problem("E201", f"{_where(path)}: a resolve rule needs set, log or require", path, key=True)]
     if v == "not" and isinstance(err.instance, dict) and "type" in err.instance:
         return [doc.problem("E201", f"{_where(path)}: a {err.instance['type']} input takes no "
                             "values/minimum/maximum here", path, key=True)]

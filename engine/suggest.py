@@ -4,24 +4,43 @@ from __future__ import annotations
 import difflib
 
 
-def closest(name: str, candidates) -> str | None:
+def _fold(text: str) -> str:
+    return text.lower().replace("-", "_")
+
+
+def close_matches(name: str, candidates) -> list[str]:
+    """Candidates the author probably meant: same name up to case and dashes; else those the name
+    is a prefix of (fp8 -> fp8_e4m3, fp8_e5m2); else the closest by spelling."""
     candidates = [c for c in candidates if isinstance(c, str)]
-    if not isinstance(name, str) or not candidates:
-        return None
-    folded = {c.lower().replace("-", "_"): c for c in candidates}
-    key = name.lower().replace("-", "_")
-    if key in folded:  # same name up to case and dash/underscore
-        return folded[key]
-    hits = difflib.get_close_matches(key, list(folded), n=1, cutoff=0.6)
-    return folded[hits[0]] if hits else None
+    if not isinstance(name, str) or not name or not candidates:
+        return []
+    folded: dict[str, str] = {}
+    for c in candidates:  # spellings equal up to dashes: offer the one styled like the name
+        f = _fold(c)
+        if f not in folded or (("-" in c) == ("-" in name) and ("-" in folded[f]) != ("-" in name)):
+            folded[f] = c
+    key = _fold(name)
+    if key in folded:
+        return [folded[key]]
+    prefixed = [c for f, c in folded.items() if f.startswith(key)]
+    if 0 < len(prefixed) <= 4:
+        return prefixed
+    return [folded[h] for h in difflib.get_close_matches(key, list(folded), n=1, cutoff=0.6)]
 
 
-def did_you_mean(name: str, candidates) -> str:
-    """A hint: 'did you mean X?' or the list of valid names when nothing is close."""
+def closest(name: str, candidates) -> str | None:
+    hits = close_matches(name, candidates)
+    return hits[0] if len(hits) == 1 else None
+
+
+def did_you_mean(name: str, candidates, list_if_none: bool = True) -> str:
+    """A hint: "did you mean 'X'?", or the valid names when nothing is close (unless asked not to)."""
     candidates = list(candidates)
-    hit = closest(name, candidates)
-    if hit is not None:
-        return f"did you mean '{hit}'?"
-    if len(candidates) <= 12:
+    hits = close_matches(name, candidates)
+    if len(hits) == 1:
+        return f"did you mean '{hits[0]}'?"
+    if hits:
+        return "did you mean one of " + ", ".join(f"'{h}'" for h in hits) + "?"
+    if list_if_none and len(candidates) <= 12:
         return "expected one of: " + ", ".join(str(c) for c in candidates)
     return ""

@@ -1,0 +1,59 @@
+"""`hisparse check`: every problem of every policy file under the given paths."""
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import PolicyError, Problem
+from .paths import default_policy_dir
+
+_POLICY_FILE = re.compile(r"^v\d+\.ya?ml$")
+_SKIP_DIRS = {"schema", "tests", "__pycache__"}
+
+
+def policy_files(paths: list[str]) -> tuple[list[tuple[str, str]], list[Problem]]:
+    """(path, display) of each policy file under `paths` (files as given; folders searched for
+    <family>/v<N>.yaml), and problems for paths that do not exist."""
+    found: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    if not paths:
+        root = default_policy_dir()
+        from .loader import _display_dir
+
+        shown = _display_dir(root)
+        for path in _walk(root):
+            found.append((path, os.path.join(shown, os.path.relpath(path, root))))
+        return found, problems
+    for given in paths:
+        if os.path.isdir(given):
+            found.extend((p, p) for p in _walk(given))
+        elif os.path.exists(given) or os.path.islink(given):
+            found.append((given, given))
+        else:
+            problems.append(Problem("E101", "cannot read file: no such file or directory", given))
+    return found, problems
+
+
+def _walk(root: str):
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if _POLICY_FILE.match(name):
+                yield os.path.join(folder, name)
+
+
+def check_file(path: str, display: str | None = None) -> list[Problem]:
+    from .loader import load_file
+
+    try:
+        load_file(path, display or path)
+    except PolicyError as exc:
+        return exc.problems
+    return []
+
+
+def check_paths(paths: list[str]) -> list[tuple[str, list[Problem]]]:
+    files, missing = policy_files(paths)
+    results = [(display, check_file(path, display)) for path, display in files]
+    results += [(p.file, [p]) for p in missing]
+    return results

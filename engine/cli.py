@@ -1,0 +1,290 @@
+"""`hisparse`: one command for routing policies and the kernel bridge.
+
+Exit codes: 0 ok; 1 the config violates the policy (or a diff/test found differences or failures);
+2 invalid policy, bad input or usage. Errors print as `FILE:LINE:COL: CODE: message`, never as a
+traceback. The bridge verbs (attend, doctor) import torch only when they run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import ConfigError, HisparseError, Problem
+from .suggest import did_you_mean
+
+DEFAULT_POLICY = "nsa-backends"
+OK, VIOLATION, ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
+        super().__init__(*args, **kw)
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def default_policy_ref() -> str:
+    return os.environ.get("HISPARSE_POLICY") or DEFAULT_POLICY
+
+
+# -- policy-driven options ----------------------------------------------------------------------
+def _pre_policy(argv):
+    pre = _Parser(add_help=False)
+    pre.add_argument("--policy")
+    pre.add_argument("--policy-dir")
+    ns, _ = pre.parse_known_args(argv)
+    from .loader import load_policy
+
+    return load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+
+
+def add_policy_options(parser, with_ref=True):
+    if with_ref:
+        parser.add_argument("--policy", metavar="REF",
+                            help="FAMILY, FAMILY@N or a file (default: $HISPARSE_POLICY or "
+                                 f"{DEFAULT_POLICY}, newest version)")
+        parser.add_argument("--policy-dir", metavar="DIR",
+                            help="folder of policy families (default: $HISPARSE_POLICY_DIR or the shipped policies)")
+
+
+def add_input_flags(parser, policy):
+    """One option per policy input, spelled as the policy declares (SGLang's flag names)."""
+    group = parser.add_argument_group(f"config inputs of {policy.ref}")
+    for name, spec in policy.inputs.items():
+        help_text = spec.description or ""
+        if spec.type == "bool":
+            group.add_argument(*spec.flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{help_text} (default {str(spec.default).lower()})")
+        else:
+            kind = int if spec.type == "int" else str
+            values = "|".join(str(v) for v in spec.values)
+            metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
+            domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
+            default = "unset" if spec.default is None else spec.default
+            group.add_argument(*spec.flags, dest=name, type=kind, default=None, metavar=metavar,
+                               help=f"{help_text} [{domain}; default {default}]")
+
+
+def config_from_args(policy, ns, config_file=None) -> dict:
+    """--config FILE (lenient: unrelated SGLang keys are ignored, with a note) then flags."""
+    config: dict = {}
+    if config_file:
+        from .config import load_config_file
+
+        config, ignored = load_config_file(policy, config_file)
+        if ignored:
+            shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
+            print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
+                  file=sys.stderr)
+    flags = {}
+    for name, spec in policy.inputs.items():
+        value = getattr(ns, name, None)
+        if value is not None:
+            flags[spec.flag[2:]] = value  # spelled as the flag, so errors name what was typed
+    config.update(policy.normalize(flags))
+    return config
+
+
+# -- output --------------------------------------------------------------------------------------
+def print_problems(problems, stream=None) -> None:
+    stream = stream or sys.stderr
+    for p in problems:
+        print(str(p), file=stream)
+
+
+def _emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_evaluate(argv) -> int:
+    policy = _pre_policy(argv)
+    parser = _Parser(prog="hisparse evaluate",
+                     description="Decide the attention backends for a server config and check it.")
+    add_policy_options(parser)
+    parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
+    parser.add_argument("--batch", metavar="FILE", help="JSON Lines of configs ('-' = stdin); one JSON "
+                        "decision per line, in order; flags and --config form each line's base")
+    parser.add_argument("--format", choices=("text", "json"),
+                        help="output format (default: text; json with --batch)")
+    add_input_flags(parser, policy)
+    ns = parser.parse_args(argv)
+    base = config_from_args(policy, ns, ns.config)
+    if ns.batch:
+        return _batch(policy, base, ns.batch, ns.format or "json")
+    decision = policy.evaluate(base)
+    if ns.format == "json":
+        _emit_json(decision.to_dict())
+    else:
+        from .render import decision_text
+
+        print(decision_text(decision))
+    return OK if decision.ok else VIOLATION
+
+
+def _batch(policy, base: dict, source: str, fmt: str) -> int:
+    if source == "-":
+        stream = sys.stdin
+    else:
+        try:
+            stream = open(source, encoding="utf-8", errors="strict")
+        except OSError as exc:
+            raise ConfigError([Problem("C504", f"cannot read batch file: {exc.strerror or exc}", source)]) from None
+    worst = OK
+    try:
+        for number, line in enumerate(stream, 1):
+            result, status = _batch_line(policy, base, line, number, source)
+            worst = max(worst, status)
+            if fmt == "json":
+                _emit_json(result)
+            else:
+                print(_batch_text(policy, result, number))
+            if source == "-":  # a pipe: answer each line as it comes
+                sys.stdout.flush()
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem("C505", f"batch input is not UTF-8 text ({exc.reason})", source)]) from None
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    return worst
+
+
+def _batch_line(policy, base, line: str, number: int, source: str):
+    def bad(problems):
+        first = problems[0]
+        err = {"code": first.code, "message": first.message}
+        if first.hint:
+            err["hint"] = first.hint
+        if len(problems) > 1:
+            err["more"] = [p.to_dict() for p in problems[1:]]
+        return {"ok": False, "line": number, "error": err}, ERROR
+
+    text = line.strip()
+    if not text:
+        return bad([Problem("C505", "empty line (one JSON object per line)")])
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nesting too deep"
+        return bad([Problem("C505", f"not JSON: {msg}")])
+    if not isinstance(obj, dict):
+        return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
+    try:
+        config = dict(base)
+        config.update(policy.normalize(obj))
+        d = policy.evaluate(config)
+    except ConfigError as exc:
+        return bad(exc.problems)
+    out = d.to_dict()
+    out["line"] = number
+    return out, (OK if d.ok else VIOLATION)
+
+
+def _batch_text(policy, result: dict, number: int) -> str:
+    if "error" in result:
+        return f"line {number}: ERROR {result['error']['code']}: {result['error']['message']}"
+    if result["ok"]:
+        chosen = " ".join(f"{ph}={result[spec.input]}" for ph, spec in policy.phases.items())
+        return f"line {number}: ok {chosen}"
+    return f"line {number}: REJECTED {result['violations'][0]['message']}"
+
+
+def cmd_explain(argv) -> int:
+    policy = _pre_policy(argv)
+    parser = _Parser(prog="hisparse explain",
+                     description="Show every stage, rule and check the policy tried for a config, and why.")
+    add_policy_options(parser)
+    parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
+    add_input_flags(parser, policy)
+    ns = parser.parse_args(argv)
+    config = config_from_args(policy, ns, ns.config)
+    decision, trace = policy.trace(config)
+    from .render import explanation_text
+
+    print(explanation_text(decision, trace))
+    return OK if decision.ok else VIOLATION
+
+
+def cmd_check(argv) -> int:
+    parser = _Parser(prog="hisparse check",
+                     description="Check policy files: YAML, schema, names and values. One line per "
+                                 "problem: FILE:LINE:COL: CODE: message.")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="policy files or folders (default: the shipped policies)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    ns = parser.parse_args(argv)
+    from .check import check_paths
+
+    results = check_paths(ns.paths)
+    problems = [p for _, probs in results for p in probs]
+    if ns.format == "json":
+        _emit_json({"ok": not problems, "files": [
+            {"file": f, "ok": not probs, "problems": [p.to_dict() for p in probs]} for f, probs in results]})
+    else:
+        for p in problems:
+            print(str(p))
+        bad = sum(1 for _, probs in results if probs)
+        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)",
+              file=sys.stderr)
+    return ERROR if problems or not results else OK
+
+
+COMMANDS = {
+    "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
+    "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
+    "check": (cmd_check, "check policy files (YAML, schema, names, values)"),
+}
+
+
+def _usage() -> str:
+    width = max(len(c) for c in COMMANDS)
+    lines = ["usage: hisparse COMMAND [options]   (hisparse COMMAND --help for its options)", "",
+             "DSA/NSA attention-backend routing policies for HiSparse, and the FlashMLA kernel bridge.", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "exit codes: 0 ok; 1 config rejected / differences / failures; 2 invalid policy, bad input or usage"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return OK if argv else ERROR
+    if argv[0] == "--version":
+        from . import __version__
+
+        print(f"hisparse {__version__}")
+        return OK
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        hint = did_you_mean(argv[0], COMMANDS)
+        print(f"hisparse: unknown command '{argv[0]}'; {hint}", file=sys.stderr)
+        return ERROR
+    try:
+        return command[0](argv[1:])
+    except HisparseError as exc:
+        print_problems(exc.problems)
+        return ERROR
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return ERROR
+    except BrokenPipeError:  # e.g. piped into head: not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Server configs from files: SGLang-style YAML or JSON config files, keys with dashes or
+underscores. Values keep their YAML/JSON types; strings are never read as booleans or numbers
+("true" in quotes is an error that says so), so a config means what it says."""
+from __future__ import annotations
+
+from .errors import ConfigError, Problem
+from .yaml_reader import Document, ReadError, load_document
+
+
+def read_config_file(path: str) -> Document:
+    """The parsed file; raises ConfigError (file:line:col) when unreadable or not a mapping."""
+    try:
+        doc = load_document(path)
+    except ReadError as exc:
+        raise ConfigError([Problem("C504", p.message, p.file, p.line, p.col, p.hint) if p.code == "E101"
+                           else p for p in exc.problems]) from None
+    if doc.data is None:
+        doc.data = {}
+    if not isinstance(doc.data, dict):
+        raise ConfigError([Problem("C504", f"a config file holds a mapping of option -> value, this one "
+                                   f"holds a {type(doc.data).__name__}", path, 1, 1)])
+    return doc
+
+
+def load_config_file(policy, path: str) -> tuple[dict, list[str]]:
+    """(canonical config, keys ignored as unrelated to the policy) from an SGLang config file."""
+    doc = read_config_file(path)
+    return policy.normalize_lenient(doc.data, file=path, doc=doc)

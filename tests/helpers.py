@@ -1,0 +1,43 @@
+"""Shared helpers for the engine tests."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import engine
+from engine.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+MINIMAL = os.path.join(FIXTURES, "policies", "minimal.yaml")
+
+
+def run_cli(capsys, *argv):
+    """Run `hisparse ARGV` in-process: (exit code, stdout, stderr)."""
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def run_process(*argv, stdin=None, env=None):
+    """Run `python -m engine.cli ARGV` as a fresh process (what an operator's script does)."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "engine.cli", *argv], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT, env=full_env, timeout=120)
+
+
+def write_policy(tmp_path, text: str, name: str = "policy.yaml") -> str:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def load_text(tmp_path, text: str, name: str = "policy.yaml") -> engine.Policy:
+    return engine.load_policy(write_policy(tmp_path, text, name))
+
+
+def minimal_text() -> str:
+    with open(MINIMAL, encoding="utf-8") as fh:
+        return fh.read()

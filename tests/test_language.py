@@ -1,0 +1,167 @@
+"""The policy language's features, each with an expected outcome, on small policies; the compiled
+evaluator and the interpreter must agree on every config of each policy's domain."""
+import pytest
+
+import engine
+from helpers import load_text
+
+FEATURES = """
+policy: features
+version: 1
+description: Exercises every construct of the language.
+inputs:
+  mode: {type: enum, values: [a, b, c], default: a}
+  level: {type: int, values: [1, 5, 9], default: 5, minimum: 0, maximum: 100}
+  cap: {type: int, values: [3, 7], default: 3}
+  flag: {type: bool, default: false}
+  note: {type: enum, values: [x, y], default: null, nullable: true}
+backends:
+  k1: one
+  k2: two
+  k3: three
+phases:
+  first: {input: first_backend, flags: [--first-backend, --old-first-backend]}
+  second: {input: second_backend}
+resolve:
+  when: {not: {mode: c}}
+  rules:
+    - name: pin-first
+      when: {all: [{flag: true}, {level: {">": 8}}]}
+      set: {first_backend: k3}
+      log: "pinned {first} at level {level!r} for {mode!r}"
+    - name: guard
+      when: {level: {"<": {input: cap}}}
+      require: {note: {set: true}}
+      message: "level {level} below cap {cap} needs a note (note={note})"
+    - name: rewrite-and-check
+      when: {mode: b}
+      require: {level: {"!=": 1}}
+      message: "b needs a level other than 1"
+      set: {mode: a}
+      log: "b became {mode}"
+defaults:
+  rules:
+    - name: by-note
+      when: {note: {in: [x]}, level: {">=": 5, "<=": 9}}
+      set: {first: k1, second: k2}
+      log: "note {note}: {first}/{second}"
+    - name: fallback
+      set: {first: k2, second: k2}
+tables:
+  nested:
+    key: mode
+    rows:
+      a:
+        key: flag
+        rows: {"true": [k1, k3], "false": [k2]}
+      b: []
+    otherwise:
+      key: level
+      rows: {"9": [k3]}
+      otherwise: [k1, k2, k3]
+checks:
+  rules:
+    - name: nested-table
+      for_each: phase
+      when: {backend: {set: true}, phase: {"!=": second}}
+      allowed: nested
+      message: "{phase}={backend} not in {allowed} / {allowed:tuple} / {allowed:csv} / {allowed:or}"
+    - name: not-in
+      for_each: phase
+      when: {backend: {not_in: [k2]}}
+      require: {any: [{user_set: {first: true}}, {flag: true}]}
+      message: "{phase} got {backend} without user choice"
+"""
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(FEATURES.splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    return load_text(tmp_path_factory.mktemp("lang"), FEATURES)
+
+
+def test_compiled_equals_interpreter_on_whole_domain(policy):
+    n = 0
+    for config in policy.domain():
+        fast, slow = policy.evaluate(config), policy.interpret(config)
+        assert fast.outcome() == slow.outcome(), config
+        assert fast.sources == slow.sources
+        assert [v.to_dict() for v in fast.violations] == [v.to_dict() for v in slow.violations]
+        n += 1
+    assert n == policy.domain_size() == 3 * 3 * 2 * 2 * 3 * 4 * 4
+
+
+def test_resolve_set_log_and_sources(policy):
+    d = policy.evaluate({"flag": True, "level": 9, "note": "x"})
+    assert d.backends == {"first": "k3", "second": "k2"}
+    assert d.sources == {"first": "pin-first", "second": "by-note"}
+    assert d.log == ["pinned k3 at level 9 for 'a'", "note x: k3/k2"]
+
+
+def test_require_with_input_reference_stops(policy):
+    d = policy.evaluate({"level": 1, "cap": 3})
+    assert not d.ok
+    assert [v.to_dict() for v in d.violations] == [{
+        "check": "guard", "message": "level 1 below cap 3 needs a note (note=None)",
+        "location": f"{policy.file}:{line_of('- name: guard')}", "stage": "resolve"}]
+    assert d.backends == {"first": None, "second": None}  # stopped before defaults
+    assert policy.evaluate({"level": 1, "cap": 3, "note": "y"}).ok
+
+
+def test_require_is_checked_before_set(policy):
+    d = policy.evaluate({"mode": "b", "level": 1, "note": "x"})
+    assert d.error == "b needs a level other than 1"
+    assert d.config["mode"] == "b"  # the set of the failing rule did not happen
+    d = policy.evaluate({"mode": "b", "level": 5, "note": "x"})
+    assert d.config["mode"] == "a" and "b became a" in d.log
+
+
+def test_stage_condition(policy):
+    d = policy.evaluate({"mode": "c", "flag": True, "level": 9})
+    assert d.sources["first"] == "fallback"  # resolve did not run for mode c
+
+
+def test_nested_table_and_set_formats(policy):
+    d = policy.evaluate({"mode": "c", "level": 9, "first_backend": "k1"})
+    assert d.error == ("first=k1 not in ['k3'] / ('k3',) / k3 / k3")
+    d = policy.evaluate({"mode": "c", "level": 5, "first_backend": "k1"})
+    assert d.ok
+    d = policy.evaluate({"mode": "a", "flag": True, "first_backend": "k2", "level": 5})
+    assert d.error == ("first=k2 not in ['k1', 'k3'] / ('k1', 'k3') / k1, k3 / k1 or k3")
+
+
+def test_empty_row_rejects_everything(policy):
+    d = policy.evaluate({"mode": "b", "level": 5, "note": "x", "first_backend": "k2"})
+    # mode b is rewritten to a by resolve, so the table reads mode a; flag false -> [k2]
+    assert d.ok
+
+
+def test_per_phase_require_and_user_set(policy):
+    d = policy.evaluate({"note": "x", "level": 9})  # defaults k1/k2, nobody set first
+    assert [(v.check, v.phase) for v in d.violations] == [("nested-table", "first"), ("not-in", "first")]
+    assert policy.evaluate({"note": "x", "level": 9, "flag": True, "first_backend": "k3"}).ok
+
+
+def test_flag_aliases_as_config_keys(policy):
+    d = policy.evaluate({"old-first-backend": "k2", "level": 5})
+    assert d.backends["first"] == "k2" and d.sources["first"] == "user"
+    assert d.to_dict()["old_first_backend"] == "k2"  # alias keys mirror the phase in JSON
+
+
+def test_int_bounds(policy):
+    with pytest.raises(engine.ConfigError) as exc:
+        policy.evaluate({"level": 101})
+    assert exc.value.problems[0].code == "C502"
+    assert "<= 100" in exc.value.problems[0].message
+
+
+def test_explain_mentions_every_rule(policy):
+    d, trace = policy.trace({"note": "x", "level": 9})
+    names = {s.rule.name for s in trace.steps if s.rule is not None}
+    # every rule is tried except the defaults after the one chosen
+    assert names == {r.name for r in policy.rule_list} - {"fallback"}
+    chosen = [s.rule.name for s in trace.steps if s.chosen]
+    assert chosen == ["by-note"]
