@@ -1,0 +1,65 @@
+"""Generated parts of the README, kept true by a test: `python -m engine.docs README.md` rewrites
+every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers."""
+from __future__ import annotations
+
+import re
+import sys
+
+from .errors import CODES
+
+
+def codes_table() -> str:
+    rows = ["| code | name | meaning |", "|---|---|---|"]
+    rows += [f"| {code} | {slug} | {text} |" for code, (slug, text) in CODES.items()]
+    return "\n".join(rows)
+
+
+def blocks() -> dict:
+    """name -> generated markdown. Further generators register here (e.g. the routing table)."""
+    out = {"error-codes": codes_table}
+    try:
+        from .table import readme_table
+    except ImportError:  # pragma: no cover - the table module is optional during bootstrap
+        pass
+    else:
+        out["routing-table"] = readme_table
+    return out
+
+
+_BLOCK = re.compile(r"(<!-- BEGIN (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END (?P=name) -->)", re.S)
+
+
+def render(text: str) -> str:
+    gens = blocks()
+
+    def sub(m):
+        gen = gens.get(m.group("name"))
+        if gen is None:
+            return m.group(0)
+        return m.group(1) + gen().rstrip("\n") + "\n" + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+def stale_blocks(text: str) -> list[str]:
+    """Names of generated blocks whose text differs from what the generators produce now."""
+    gens = blocks()
+    return [m.group("name") for m in _BLOCK.finditer(text)
+            if m.group("name") in gens and m.group("body").rstrip("\n") != gens[m.group("name")]().rstrip("\n")]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else "README.md"
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    new = render(text)
+    if new != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+        print(f"updated {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
