@@ -236,10 +236,32 @@ def cmd_check(argv) -> int:
     return ERROR if problems or not results else OK
 
 
+def cmd_diff(argv) -> int:
+    parser = _Parser(prog="hisparse diff",
+                     description="Evaluate two policies over the whole declared input domain and show every "
+                                 "config whose outcome changes, grouped into patterns.")
+    parser.add_argument("a", metavar="A", help="the policy now (FAMILY@N or a file)")
+    parser.add_argument("b", metavar="B", help="the policy to compare with")
+    add_policy_options(parser, with_ref=False)
+    parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    ns = parser.parse_args(argv)
+    from .diff import diff, diff_text
+    from .loader import load_policy
+
+    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir))
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(diff_text(result, markdown=ns.format == "markdown"))
+    return OK if result["equivalent"] else VIOLATION
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
     "check": (cmd_check, "check policy files (YAML, schema, names, values)"),
+    "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
 }
 
 

@@ -81,6 +81,7 @@ class Decision:
         for ph, _ in self.policy.phase_slots:  # deprecated spellings of phase keys, e.g. nsa_*
             for alias in self.policy.phase_key_aliases.get(ph, ()):
                 out.setdefault(alias, self.backends[ph])
+        out["backends"] = self.backends
         out["violations"] = [v.to_dict() for v in self.violations]
         out["log"] = list(self.log)
         out["sources"] = self.sources

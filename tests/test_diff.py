@@ -1,0 +1,128 @@
+"""`hisparse diff`: exact counts (checked against SGLang's own code and against direct
+evaluation), patterns that describe exactly the changed configs, exit codes."""
+import itertools
+import json
+
+import pytest
+
+import engine
+from engine.compare import CLASSES, minimize
+from engine.diff import diff
+from helpers import load_text, minimal_text, run_cli
+from sglang_reference import domain, route
+
+
+def _oracle_class(a, b):
+    """The change classes computed from SGLang's own routing (the transcription)."""
+    if a["error"] and not b["error"]:
+        return "newly_accepted"
+    if not a["error"] and b["error"]:
+        return "newly_rejected"
+    if not a["error"]:
+        if (a["kv_cache_dtype"], a["prefill"], a["decode"]) != (b["kv_cache_dtype"], b["prefill"], b["decode"]):
+            return "backend_changed"
+        return "log_changed" if a["logs"] != b["logs"] else None
+    return "message_changed" if a["error"] != b["error"] else None
+
+
+def test_v1_to_v2_counts_match_sglang():
+    result = diff(engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2"))
+    expected = dict.fromkeys(CLASSES, 0)
+    for config in domain():
+        cls = _oracle_class(route(1, **config), route(2, **config))
+        if cls:
+            expected[cls] += 1
+    assert result["total"] == 12288
+    assert result["counts"] == expected
+    assert sum(expected.values()) > 0 and not result["equivalent"]
+    assert sum(g["count"] for g in result["groups"]) == sum(expected.values())
+
+
+def _matches(config, pattern):
+    for name, test in pattern.items():
+        value = config[name]
+        if isinstance(test, dict):
+            op, arg = next(iter(test.items()))
+            ok = {"in": value in arg, "not_in": value not in arg, "!=": value != arg}[op]
+        else:
+            ok = value == test and type(value) is type(test)
+        if not ok:
+            return False
+    return True
+
+
+def test_patterns_describe_exactly_the_changed_configs():
+    a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    result = diff(a, b)
+    for group in result["groups"]:
+        hits = 0
+        for config in a.domain():
+            inside = any(_matches(config, p) for p in group["patterns"])
+            da, db = a.evaluate(config), b.evaluate(config)
+            if inside:
+                hits += 1
+                if group["class"] == "newly_accepted":
+                    assert not da.ok and db.ok
+                elif group["class"] == "message_changed":
+                    assert not da.ok and not db.ok and da.error != db.error
+                elif group["class"] == "log_changed":
+                    assert da.ok and db.ok and da.log != db.log and da.backends == db.backends
+        assert hits == group["count"], group["change"]
+
+
+def test_identical_policies_are_equivalent(capsys):
+    code, out, _ = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@2")
+    assert code == 0
+    assert out.strip() == "nsa-backends@2 -> nsa-backends@2: equivalent on all 12288 configs"
+
+
+def test_cli_formats_and_exit_codes(capsys):
+    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--format", "json")
+    assert code == 1
+    result = json.loads(out)
+    assert set(result) >= {"equivalent", "total", "counts", "groups", "examples"}
+    assert result["equivalent"] is False
+    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--format", "markdown")
+    assert code == 1 and out.startswith("### `nsa-backends@1 -> nsa-backends@2`")
+    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2")
+    assert len(out.splitlines()) < 40  # a person reads groups, not thousands of configs
+    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nope@1")
+    assert code == 2 and "R601" in err
+
+
+def test_union_domain_and_config_errors(tmp_path):
+    """B adds an input and a value: A is evaluated without the new input, and the new value is a
+    config error for A (counted as a rejection there)."""
+    a = load_text(tmp_path, minimal_text(), "a.yaml")
+    text_b = (minimal_text()
+              .replace("values: [bfloat16, fp8_e4m3]", "values: [bfloat16, fp8_e4m3, mxfp8]")
+              .replace("          fp8_e4m3: [flashmla_kv]\n", "          fp8_e4m3: [flashmla_kv]\n          mxfp8: [flashmla_kv]\n")
+              .replace("  sm_major:\n", "  strict:\n    type: bool\n    default: false\n  sm_major:\n"))
+    b = load_text(tmp_path, text_b, "b.yaml")
+    result = diff(a, b)
+    # domain: 3 dtypes x 2 sm x 2 strict x 3 decode choices
+    assert result["total"] == 3 * 2 * 2 * 3
+    # mxfp8 is invalid for A: those configs are newly accepted unless B rejects them
+    newly = [g for g in result["groups"] if g["class"] == "newly_accepted"]
+    assert newly and newly[0]["example"]["a"]["status"] == "error"
+    assert newly[0]["example"]["a"]["check"] == "C502"
+    # mxfp8 with decode=flashmla_kv, any sm x strict (unset decode gets flashmla_sparse, which B refuses)
+    assert result["counts"]["newly_accepted"] == 4
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_minimize_is_an_exact_cover(seed):
+    import random
+
+    rng = random.Random(seed)
+    domains = [[0, 1, 2], [True, False], ["a", "b", "c", "d"], [None, 1]]
+    every = list(itertools.product(*domains))
+    points = [p for p in every if rng.random() < 0.4]
+    cubes = minimize(points, domains)
+    covered = set()
+    for cube in cubes:
+        cells = set(itertools.product(*cube))
+        assert cells <= set(points)
+        covered |= cells
+    assert covered == set(points)
+    assert len(cubes) <= len(points)
