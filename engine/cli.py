@@ -257,10 +257,32 @@ def cmd_diff(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
+def cmd_table(argv) -> int:
+    parser = _Parser(prog="hisparse table",
+                     description="The routing table a policy implies: default and allowed backends of each "
+                                 "phase for every combination of the other inputs.")
+    add_policy_options(parser)
+    parser.add_argument("--where", action="append", metavar="NAME=VALUE",
+                        help="fix an input (repeatable), e.g. --where dsa_model=true")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    ns = parser.parse_args(argv)
+    from .loader import load_policy
+    from .table import parse_where, routing_rows, table_text
+
+    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    result = routing_rows(policy, parse_where(policy, ns.where))
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(table_text(policy, result, markdown=ns.format == "markdown"))
+    return OK
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
     "check": (cmd_check, "check policy files (YAML, schema, names, values)"),
+    "table": (cmd_table, "the routing table a policy implies"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
 }
 
@@ -306,6 +328,12 @@ def main(argv=None) -> int:
         return OK
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug of ours: say so in one line, keep the traceback for debugging
+        if os.environ.get("HISPARSE_DEBUG"):
+            raise
+        print(f"hisparse: internal error: {type(exc).__name__}: {exc} (set HISPARSE_DEBUG=1 for the "
+              "traceback)", file=sys.stderr)
+        return ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -99,13 +99,13 @@ def _show(v) -> str:
 
 
 # -- minimisation ----------------------------------------------------------------------------
-def minimize(points: list[tuple], domains: list[list]) -> list[tuple]:
+def minimize(points: list[tuple], domains: list[list], disjoint: bool = False) -> list[tuple]:
     """A short exact cover of `points` (value tuples) by cubes (tuples of frozensets, one per
     input): every point lies in some cube and every config a cube describes is one of the points,
     so a cube can be read as a rule ("these inputs have these values, the rest do not matter").
     Each cube is grown greedily from a point not yet covered, one value at a time, as long as it
     stays inside the points; inputs that make no difference end up holding their whole domain.
-    Cubes may overlap."""
+    Cubes may overlap, unless `disjoint` (then each point lies in exactly one cube)."""
     inside = set(points)
     covered: set = set()
     cubes = []
@@ -124,18 +124,21 @@ def minimize(points: list[tuple], domains: list[list]) -> list[tuple]:
                     trial = cube[:i] + [cube[i] | {v}] + cube[i + 1:]
                     # only the new slice needs checking: the rest is inside already
                     slice_ = trial[:i] + [frozenset((v,))] + trial[i + 1:]
-                    if all(p in inside for p in itertools.product(*slice_)):
+                    if all(p in inside and not (disjoint and p in covered)
+                           for p in itertools.product(*slice_)):
                         cube = trial
                         grown = True
         covered.update(itertools.product(*cube))
         cubes.append(tuple(cube))
-    # drop cubes whose points the others cover
-    kept = []
-    for i, cube in enumerate(cubes):
-        others = kept + cubes[i + 1:]
-        mine = set(itertools.product(*cube))
-        if not all(any(all(p[k] in c[k] for k in range(n)) for c in others) for p in mine):
-            kept.append(cube)
+    if disjoint:
+        kept = cubes
+    else:  # drop cubes whose points the others cover
+        kept = []
+        for i, cube in enumerate(cubes):
+            others = kept + cubes[i + 1:]
+            mine = set(itertools.product(*cube))
+            if not all(any(all(p[k] in c[k] for k in range(n)) for c in others) for p in mine):
+                kept.append(cube)
     order = {i: {v: k for k, v in enumerate(d)} for i, d in enumerate(domains)}
     return sorted(kept, key=lambda c: tuple(sorted(order[i].get(v, 0) for v in s) for i, s in enumerate(c)))
 

@@ -1,0 +1,149 @@
+"""`hisparse table`: the routing table a policy implies.
+
+For every combination of the policy's non-phase inputs (platform, arch, dtype, HiSparse, ...):
+the backend each phase gets when the user leaves it unset, and the backends a user may set for
+each phase (set alone, the other phases left to the defaults) that the policy accepts. Rows with
+the same outcome are merged over the inputs that make no difference to it."""
+from __future__ import annotations
+
+import itertools
+
+from .compare import cube_terms, minimize
+from .errors import ConfigError, Problem
+
+
+def parse_where(policy, items: list[str]) -> dict:
+    """NAME=VALUE strings (values typed by the input) -> fixed inputs."""
+    fixed = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        key = policy.canonical_key(name.strip())
+        if not sep or key is None:
+            from .suggest import did_you_mean
+
+            raise ConfigError([Problem("C501", f"--where {item!r}: expected NAME=VALUE with a declared input",
+                                       hint=did_you_mean(name.strip(), policy.input_names))])
+        spec = policy.inputs[key]
+        text = text.strip()
+        if spec.type == "bool":
+            value = {"true": True, "false": False}.get(text.lower(), text)
+        elif spec.type == "int":
+            value = int(text) if text.lstrip("-").isdigit() else text
+        else:
+            value = None if text in ("", "null", "unset") and spec.nullable else text
+        fixed.update(policy.normalize({key: value}))
+    return fixed
+
+
+def routing_rows(policy, fixed: dict | None = None) -> dict:
+    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}"""
+    fixed = fixed or {}
+    axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
+    domains = [policy.inputs[n].domain() for n in axes]
+    phases = list(policy.phases.items())
+    backends = list(policy.backends)
+    groups: dict = {}
+    order = []
+    for combo in itertools.product(*domains):
+        base = dict(fixed, **dict(zip(axes, combo)))
+        d = policy.evaluate(base)
+        if d.ok:
+            defaults = tuple(d.backends[ph] for ph, _ in phases)
+            rejected = None
+        else:
+            defaults, rejected = None, d.error
+        allowed = tuple(
+            tuple(b for b in backends if policy.evaluate(dict(base, **{spec.input: b})).ok)
+            for ph, spec in phases)
+        key = (defaults, rejected, allowed)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(combo)
+    rows = []
+    for key in order:
+        defaults, rejected, allowed = key
+        for cube in minimize(groups[key], domains, disjoint=True):
+            when = {name: values for name, values, op in _terms(cube, axes, domains)}
+            rows.append({
+                "when": when,
+                "defaults": dict(zip((ph for ph, _ in phases), defaults)) if defaults else None,
+                "rejected": rejected,
+                "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
+            })
+    return {"policy": policy.identity(), "fixed": fixed, "axes": axes, "rows": rows}
+
+
+def _terms(cube, axes, domains):
+    out = []
+    for name, values, op in cube_terms(cube, axes, domains):
+        if op in ("not in", "!="):
+            domain = domains[axes.index(name)]
+            values = [v for v in domain if v not in values]
+        out.append((name, values, op))
+    return out
+
+
+def _show(v) -> str:
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def _cell(values: list | None) -> str:
+    if not values:
+        return "any"
+    return ", ".join(_show(v) for v in values)
+
+
+def _allowed_cell(allowed: list, all_backends: list) -> str:
+    if not allowed:
+        return "none"
+    if len(allowed) == len(all_backends):
+        return "any"
+    return ", ".join(allowed)
+
+
+def table_text(policy, result: dict, markdown: bool = False) -> str:
+    axes = [a for a in result["axes"] if any(a in r["when"] for r in result["rows"])]
+    phases = list(policy.phases)
+    any_rejected = any(r["rejected"] is not None for r in result["rows"])
+    head = axes + [f"{ph} default" for ph in phases] + [f"{ph} allowed" for ph in phases]
+    head += ["rejected with"] if any_rejected else []
+    body = []
+    for r in result["rows"]:
+        cells = [_cell(r["when"].get(a)) for a in axes]
+        if r["rejected"] is not None:
+            cells += ["-"] * len(phases)
+        else:
+            cells += [_show(r["defaults"][ph]) for ph in phases]
+        cells += [_allowed_cell(r["allowed"][ph], list(policy.backends)) for ph in phases]
+        if any_rejected:
+            cells.append(r["rejected"] or "")
+        body.append(cells)
+    fixed = ", ".join(f"{k}={_show(v)}" for k, v in result["fixed"].items())
+    title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
+    if markdown:
+        lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
+        return "\n".join(lines)
+    widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    return "\n".join(lines)
+
+
+README_TABLE = ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"])
+
+
+def readme_table() -> str:
+    """The README's routing table (kept current by a test)."""
+    from .loader import load_policy
+
+    ref, where = README_TABLE
+    policy = load_policy(ref)
+    result = routing_rows(policy, parse_where(policy, where))
+    cmd = f"hisparse table --policy {ref} " + " ".join(f"--where {w}" for w in where) + " --format markdown"
+    return f"`{cmd}`\n\n" + table_text(policy, result, markdown=True)

@@ -1,0 +1,64 @@
+"""`hisparse table`: rows that partition the domain and agree with direct evaluation."""
+import itertools
+import json
+
+import pytest
+
+import engine
+from engine.table import parse_where, routing_rows
+from helpers import run_cli
+
+
+def _inside(config, when):
+    return all(config[name] in values for name, values in when.items())
+
+
+@pytest.mark.parametrize("ref, where", [
+    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
+    ("nsa-backends@1", []),
+])
+def test_rows_partition_the_domain_and_match_evaluation(ref, where):
+    policy = engine.load_policy(ref)
+    fixed = parse_where(policy, where)
+    result = routing_rows(policy, fixed)
+    axes = result["axes"]
+    domains = [policy.inputs[a].domain() for a in axes]
+    for combo in itertools.product(*domains):
+        config = dict(fixed, **dict(zip(axes, combo)))
+        rows = [r for r in result["rows"] if _inside(config, r["when"])]
+        assert len(rows) == 1, config  # every config is in exactly one row
+        row = rows[0]
+        d = policy.evaluate(config)
+        if d.ok:
+            assert row["defaults"] == d.backends and row["rejected"] is None
+        else:
+            assert row["rejected"] == d.error
+        for phase, spec in policy.phases.items():
+            allowed = [b for b in policy.backends if policy.evaluate(dict(config, **{spec.input: b})).ok]
+            assert row["allowed"][phase] == allowed
+
+
+def test_hisparse_rows_of_v2():
+    policy = engine.load_policy("nsa-backends@2")
+    result = routing_rows(policy, parse_where(policy, ["dsa_model=true", "disable_radix_cache=true",
+                                                       "enable_hisparse=true", "platform=cuda", "sm_major=9"]))
+    by_dtype = {}
+    for r in result["rows"]:
+        for dtype in r["when"].get("kv_cache_dtype", policy.inputs["kv_cache_dtype"].values):
+            by_dtype[dtype] = r
+    assert by_dtype["fp8_e4m3"]["defaults"] == {"prefill": "flashmla_kv", "decode": "flashmla_kv"}
+    assert by_dtype["fp8_e4m3"]["allowed"] == {"prefill": ["flashmla_kv"], "decode": ["flashmla_kv"]}
+    assert by_dtype["bfloat16"]["defaults"] == {"prefill": "flashmla_sparse", "decode": "flashmla_sparse"}
+    assert by_dtype["fp8_e5m2"]["rejected"].startswith("DeepSeek DSA only supports")
+
+
+def test_cli(capsys):
+    code, out, _ = run_cli(capsys, "table", "--policy", "nsa-backends@2", "--where", "dsa_model=true",
+                           "--format", "markdown")
+    assert code == 0 and "| enable_hisparse |" in out
+    code, out, _ = run_cli(capsys, "table", "--policy", "nsa-backends@2", "--format", "json")
+    assert json.loads(out)["rows"]
+    code, _, err = run_cli(capsys, "table", "--where", "dsa_modle=true")
+    assert code == 2 and "did you mean 'dsa_model'?" in err
+    code, _, err = run_cli(capsys, "table", "--where", "sm_major=x")
+    assert code == 2 and "C503" in err
