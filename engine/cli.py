@@ -278,11 +278,34 @@ def cmd_table(argv) -> int:
     return OK
 
 
+def cmd_test(argv) -> int:
+    parser = _Parser(prog="hisparse test",
+                     description="Run policy test cases (<family>/tests/v<N>.yaml) and report rule coverage.")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="test files or folders (default: the shipped policies)")
+    parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
+    parser.add_argument("--min-coverage", type=float, metavar="PCT", help="fail when a policy's rule coverage is below PCT")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    ns = parser.parse_args(argv)
+    from .policytest import report_json, report_text, run
+
+    results, problems = run(ns.paths, ns.policy_dir)
+    if problems:
+        print_problems(problems)
+        return ERROR
+    text, ok = report_text(results, ns.min_coverage)
+    if ns.format == "json":
+        _emit_json(report_json(results))
+    else:
+        print(text)
+    return OK if ok else VIOLATION
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
     "check": (cmd_check, "check policy files (YAML, schema, names, values)"),
     "table": (cmd_table, "the routing table a policy implies"),
+    "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
 }
 

@@ -46,6 +46,9 @@ CODES: dict[str, tuple[str, str]] = {
     "C503": ("wrong-type", "a config value of the wrong type"),
     "C504": ("bad-config-file", "a config file that cannot be read or is not a mapping"),
     "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
+    # policy test files
+    "T701": ("test-schema", "a policy test file that does not follow its schema"),
+    "T702": ("test-unknown-name", "a test case names a rule, phase or input the policy does not have"),
     # references to policies
     "R601": ("unknown-policy", "no policy family or version by that name"),
     "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N or a file"),

@@ -8,32 +8,34 @@ from .errors import Problem
 from .suggest import did_you_mean
 from .yaml_reader import Document
 
-_validator = None
+_validators: dict = {}
 
 
-def schema_path() -> str:
+def schema_path(name: str = "policy") -> str:
     from .paths import shipped_policy_dir
 
-    return os.path.join(shipped_policy_dir(), "schema", "policy.schema.json")
+    return os.path.join(shipped_policy_dir(), "schema", f"{name}.schema.json")
 
 
-def validator():
-    global _validator
-    if _validator is None:
+def validator(name: str = "policy"):
+    """The validator of a shipped schema: "policy" (the language) or "tests" (policy test files)."""
+    if name not in _validators:
         import jsonschema  # imported on first use: it is the slowest import of a load
 
-        with open(schema_path(), encoding="utf-8") as fh:
+        with open(schema_path(name), encoding="utf-8") as fh:
             schema = json.load(fh)
-        _validator = jsonschema.Draft202012Validator(schema)
-    return _validator
+        _validators[name] = jsonschema.Draft202012Validator(schema)
+    return _validators[name]
 
 
-def schema_problems(doc: Document) -> list[Problem]:
+def schema_problems(doc: Document, name: str = "policy", code: str = "E201") -> list[Problem]:
     """Every schema violation of the document, each at the position of the offending node."""
     best: dict = {}  # (line, col) -> (schema depth, order, problem): one message per node
-    for order, err in enumerate(validator().iter_errors(doc.data)):
+    for order, err in enumerate(validator(name).iter_errors(doc.data)):
         depth = len(err.absolute_schema_path)  # deeper = the more specific rule that failed
         for p in _explain(doc, err):
+            if code != "E201":
+                p = Problem(code, p.message, p.file, p.line, p.col, p.hint)
             key = (p.line, p.col)
             if key not in best or depth > best[key][0]:
                 best[key] = (depth, order, p)
