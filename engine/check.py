@@ -42,18 +42,25 @@ def _walk(root: str):
                 yield os.path.join(folder, name)
 
 
-def check_file(path: str, display: str | None = None) -> list[Problem]:
+def check_file(path: str, display: str | None = None, deep: bool = True, notes: list | None = None) -> list[Problem]:
     from .loader import load_file
 
     try:
-        load_file(path, display or path)
+        policy = load_file(path, display or path)
     except PolicyError as exc:
         return exc.problems
-    return []
+    if not deep:
+        return []
+    from .lint import lint
+
+    problems, more = lint(policy)
+    if notes is not None:
+        notes.extend(more)
+    return problems
 
 
-def check_paths(paths: list[str]) -> list[tuple[str, list[Problem]]]:
+def check_paths(paths: list[str], deep: bool = True, notes: list | None = None) -> list[tuple[str, list[Problem]]]:
     files, missing = policy_files(paths)
-    results = [(display, check_file(path, display)) for path, display in files]
+    results = [(display, check_file(path, display, deep, notes)) for path, display in files]
     results += [(p.file, [p]) for p in missing]
     return results

@@ -215,14 +215,19 @@ def cmd_explain(argv) -> int:
 
 def cmd_check(argv) -> int:
     parser = _Parser(prog="hisparse check",
-                     description="Check policy files: YAML, schema, names and values. One line per "
-                                 "problem: FILE:LINE:COL: CODE: message.")
+                     description="Check policy files: YAML, schema, names and values, then lint over the "
+                                 "whole declared domain. One line per problem: FILE:LINE:COL: CODE: message.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="policy files or folders (default: the shipped policies)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--no-deep", dest="deep", action="store_false",
+                        help="skip the whole-domain lint (L401-L405)")
     ns = parser.parse_args(argv)
     from .check import check_paths
 
-    results = check_paths(ns.paths)
+    notes: list = []
+    results = check_paths(ns.paths, ns.deep, notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     problems = [p for _, probs in results for p in probs]
     if ns.format == "json":
         _emit_json({"ok": not problems, "files": [

@@ -40,6 +40,9 @@ class Step:
 class Trace:
     steps: list = field(default_factory=list)
     stopped_by: Rule | None = None
+    # every default rule whose condition held when the defaults stage ran (not only the chosen
+    # one): what the lint needs to find shadowed defaults
+    default_matches: list = field(default_factory=list)
 
     def add(self, *args, **kw) -> Step:
         step = Step(*args, **kw)
@@ -112,6 +115,8 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None) -> Decision:
     # 2. defaults
     stage = policy.stages["defaults"]
     if stage_on(stage):
+        if trace is not None:
+            trace.default_matches = [r for r in stage.rules if r.when.eval(env, user_set)]
         for rule in stage.rules:
             holds = rule.when.eval(env, user_set)
             step = trace.add("defaults", rule, holds, rule.when.explain(env, user_set)) if trace else None

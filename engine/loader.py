@@ -134,7 +134,7 @@ def compile_document(doc: Document, path: str = "") -> Policy:
     parts = builder.build()
     if builder.problems:
         raise PolicyError(_sorted(builder.problems))
-    return Policy(parts, doc.file, doc.sha256, path or doc.file)
+    return Policy(parts, doc.file, doc.sha256, path or doc.file, doc)
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:

@@ -18,7 +18,7 @@ class Policy:
     returns the decision with the trace of every rule tried (explain, coverage).
     """
 
-    def __init__(self, parts: Parts, file: str, sha256: str, path: str = ""):
+    def __init__(self, parts: Parts, file: str, sha256: str, path: str = "", doc=None):
         self.family = parts.family
         self.version = parts.version
         self.description = parts.description
@@ -31,6 +31,7 @@ class Policy:
         self.file = file  # as shown in messages
         self.path = path or file  # where it was read from
         self.sha256 = sha256
+        self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)

@@ -115,3 +115,26 @@ def test_file_placement_must_match_identity(capsys, tmp_path):
     assert code == 2
     assert "E312: version 1 in a file named v3.yaml" in out
     assert "E312: family 'mini' in a folder named 'other'" in out
+
+
+@pytest.mark.parametrize("code", ["L401", "L402", "L403", "L404", "L405"])
+def test_each_lint_code_has_a_fixture_that_triggers_only_it(capsys, code):
+    (fixture,) = [f for f in os.listdir(BAD) if f.startswith(f"lint-{code}-")]
+    path = os.path.join(BAD, fixture)
+    rc, out, _ = run_cli(capsys, "check", path)
+    assert rc == 2
+    lines = out.strip().splitlines()
+    assert [line.split(": ")[1] for line in lines] == [code]
+    # the position names the rule, table row or input that is wrong
+    line_no = int(lines[0].split(":")[1])
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read().splitlines()[line_no - 1]
+    assert text.strip().startswith(("- name:", "mxfp8:", "radix_cache:")), text
+    # --no-deep skips the whole-domain lint
+    assert run_cli(capsys, "check", "--no-deep", path)[0] == 0
+
+
+def test_self_contradiction_names_a_counterexample(capsys):
+    path = os.path.join(BAD, "lint-L403-self-contradiction.yaml")
+    _, out, _ = run_cli(capsys, "check", path)
+    assert "e.g. for kv_cache_dtype=bfloat16" in out and "got flashmla_kv" in out
