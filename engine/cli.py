@@ -115,12 +115,18 @@ def cmd_evaluate(argv) -> int:
                         "decision per line, in order; flags and --config form each line's base")
     parser.add_argument("--format", choices=("text", "json"),
                         help="output format (default: text; json with --batch)")
+    parser.add_argument("--record", metavar="FILE",
+                        help="append one JSON line per decision (time, policy identity, input, decision)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     base = config_from_args(policy, ns, ns.config)
     if ns.batch:
-        return _batch(policy, base, ns.batch, ns.format or "json")
+        return _batch(policy, base, ns.batch, ns.format or "json", ns.record)
     decision = policy.evaluate(base)
+    if ns.record:
+        from .records import append_records
+
+        append_records(ns.record, [decision])
     if ns.format == "json":
         _emit_json(decision.to_dict())
     else:
@@ -130,7 +136,7 @@ def cmd_evaluate(argv) -> int:
     return OK if decision.ok else VIOLATION
 
 
-def _batch(policy, base: dict, source: str, fmt: str) -> int:
+def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None) -> int:
     if source == "-":
         stream = sys.stdin
     else:
@@ -141,7 +147,11 @@ def _batch(policy, base: dict, source: str, fmt: str) -> int:
     worst = OK
     try:
         for number, line in enumerate(stream, 1):
-            result, status = _batch_line(policy, base, line, number, source)
+            result, status, decision = _batch_line(policy, base, line, number, source)
+            if record and decision is not None:
+                from .records import append_records
+
+                append_records(record, [decision])
             worst = max(worst, status)
             if fmt == "json":
                 _emit_json(result)
@@ -165,7 +175,7 @@ def _batch_line(policy, base, line: str, number: int, source: str):
             err["hint"] = first.hint
         if len(problems) > 1:
             err["more"] = [p.to_dict() for p in problems[1:]]
-        return {"ok": False, "line": number, "error": err}, ERROR
+        return {"ok": False, "line": number, "error": err}, ERROR, None
 
     text = line.strip()
     if not text:
@@ -185,7 +195,7 @@ def _batch_line(policy, base, line: str, number: int, source: str):
         return bad(exc.problems)
     out = d.to_dict()
     out["line"] = number
-    return out, (OK if d.ok else VIOLATION)
+    return out, (OK if d.ok else VIOLATION), d
 
 
 def _batch_text(policy, result: dict, number: int) -> str:
@@ -305,6 +315,27 @@ def cmd_test(argv) -> int:
     return OK if ok else VIOLATION
 
 
+def cmd_replay(argv) -> int:
+    parser = _Parser(prog="hisparse replay",
+                     description="Re-evaluate the inputs of recorded decisions (--record) against a policy and "
+                                 "show what would change.")
+    parser.add_argument("file", metavar="FILE", help="a record file written by --record")
+    add_policy_options(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    ns = parser.parse_args(argv)
+    from .loader import load_policy
+    from .records import replay, replay_text
+
+    result = replay(ns.file, load_policy(ns.policy or default_policy_ref(), ns.policy_dir))
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(replay_text(result))
+    if result["problems"]:
+        return ERROR
+    return OK if result["equivalent"] else VIOLATION
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -312,6 +343,7 @@ COMMANDS = {
     "table": (cmd_table, "the routing table a policy implies"),
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
+    "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
 }
 
 

@@ -1,0 +1,149 @@
+"""Decision records (`--record FILE`) and their replay against another policy.
+
+A record is one JSON line: UTC time, the policy's identity (family, version, sha256 of the file),
+the input config (canonical keys), and the decision. Appends are atomic: each record is written
+with one write() on a file opened for appending, under an exclusive lock, so concurrent writers
+(threads or processes) never interleave or truncate lines.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+
+from .compare import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
+from .errors import ConfigError, Problem
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: O_APPEND alone keeps single writes whole
+    fcntl = None
+
+
+def record_line(decision) -> bytes:
+    policy = decision.policy
+    rec = {
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "policy": policy.identity(),
+        "input": policy.normalize(decision.input),
+        "decision": decision.to_dict(),
+    }
+    return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def append_records(path: str, decisions) -> int:
+    """Append one record per decision; returns how many. Raises ConfigError when the file cannot
+    be written."""
+    data = b"".join(record_line(d) for d in decisions)
+    if not data:
+        return 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:  # a regular file takes it in one write; loop for the pathological case
+            written = os.write(fd, view)
+            view = view[written:]
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot write the record file: {exc.strerror or exc}", path)]) from None
+    finally:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    return data.count(b"\n")
+
+
+def read_records(path: str):
+    """Yield (line number, record or None, problem or None) for each line."""
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot read the record file: {exc.strerror or exc}", path)]) from None
+    with fh:
+        try:
+            for number, line in enumerate(fh, 1):
+                text = line.strip()
+                if not text:
+                    continue
+                try:
+                    rec = json.loads(text)
+                except (json.JSONDecodeError, RecursionError):
+                    yield number, None, Problem("C505", "not a JSON record", path, number, 1)
+                    continue
+                if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
+                        or not isinstance(rec.get("decision"), dict):
+                    yield number, None, Problem("C505", "a record has 'input' and 'decision' objects", path, number, 1)
+                    continue
+                yield number, rec, None
+        except UnicodeDecodeError as exc:
+            raise ConfigError([Problem("C505", f"the record file is not UTF-8 ({exc.reason})", path)]) from None
+
+
+def replay(path: str, policy, max_examples: int = 3) -> dict:
+    """Re-evaluate every recorded input with `policy`; classify what would change (diff's classes)."""
+    counts = dict.fromkeys(CLASSES, 0)
+    groups: dict = {}
+    problems: list[Problem] = []
+    total = 0
+    for number, rec, problem in read_records(path):
+        if problem is not None:
+            problems.append(problem)
+            continue
+        total += 1
+        old = outcome_of_record(rec["decision"])
+        try:
+            new = outcome_of(policy.evaluate(rec["input"]))
+        except ConfigError as exc:
+            new = outcome_of_error(exc)
+        cls, key = classify(old, new)
+        if cls is None:
+            continue
+        counts[cls] += 1
+        g = groups.setdefault((cls, key), {"class": cls, "change": describe(cls, key), "count": 0,
+                                           "lines": [], "example": None, "recorded_policy": rec.get("policy")})
+        g["count"] += 1
+        if len(g["lines"]) < 50:
+            g["lines"].append(number)
+        if g["example"] is None:
+            g["example"] = {"line": number, "input": rec["input"], "recorded": _said(old), "now": _said(new)}
+    ordered = sorted(groups.values(), key=lambda g: (CLASSES.index(g["class"]), -g["count"]))
+    return {
+        "policy": policy.identity(),
+        "equivalent": not any(counts.values()),
+        "total": total,
+        "counts": counts,
+        "groups": ordered,
+        "examples": [g["example"] for g in ordered][:max_examples * len(CLASSES)],
+        "problems": [p.to_dict() for p in problems],
+    }
+
+
+def _said(o) -> str:
+    if o.accepted:
+        return "accepted " + " ".join(f"{k}={v}" for k, v in o.backends)
+    return ("invalid config: " if o.status == "error" else "rejected: ") + str(o.message)
+
+
+def replay_text(result: dict) -> str:
+    p = result["policy"]
+    head = f"replay against {p['family']}@{p['version']}"
+    if result["equivalent"]:
+        text = f"{head}: all {result['total']} recorded decisions stay the same"
+    else:
+        changed = sum(result["counts"].values())
+        text = (f"{head}: {changed} of {result['total']} recorded decisions would change ("
+                + ", ".join(f"{c} {n}" for c, n in result["counts"].items() if n) + ")")
+    lines = [text]
+    for g in result["groups"]:
+        more = " ..." if g["count"] > len(g["lines"]) else ""
+        lines.append(f"{g['class']} {g['count']}: {g['change']} (lines {', '.join(map(str, g['lines'][:10]))}"
+                     f"{' ...' if len(g['lines']) > 10 else more})")
+        ex = g["example"]
+        lines.append(f"    e.g. line {ex['line']}: {ex['recorded']}  =>  {ex['now']}")
+    for prob in result["problems"]:
+        lines.append(f"{prob['file']}:{prob['line']}:{prob['col']}: {prob['code']}: {prob['message']}")
+    return "\n".join(lines)
