@@ -12,9 +12,9 @@ import os
 import sys
 
 from .errors import ConfigError, HisparseError, Problem
+from .paths import DEFAULT_POLICY, default_policy_ref
 from .suggest import did_you_mean
 
-DEFAULT_POLICY = "nsa-backends"
 OK, VIOLATION, ERROR = 0, 1, 2
 
 
@@ -29,10 +29,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}")
-
-
-def default_policy_ref() -> str:
-    return os.environ.get("HISPARSE_POLICY") or DEFAULT_POLICY
 
 
 # -- policy-driven options ----------------------------------------------------------------------
@@ -73,13 +69,29 @@ def add_input_flags(parser, policy):
                                help=f"{help_text} [{domain}; default {default}]")
 
 
-def config_from_args(policy, ns, config_file=None) -> dict:
-    """--config FILE (lenient: unrelated SGLang keys are ignored, with a note) then flags."""
+def split_launch(argv):
+    """(hisparse's own arguments, the SGLang launch command after `--` or None)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
+    """The launch command after `--` (if any), then --config FILE (lenient: unrelated SGLang keys
+    are ignored, with a note), then flags: later sources win."""
     config: dict = {}
+    if launch is not None:
+        from .sglang import config_from_launch
+
+        config, notes = config_from_launch(policy, launch)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     if config_file:
         from .config import load_config_file
 
-        config, ignored = load_config_file(policy, config_file)
+        from_file, ignored = load_config_file(policy, config_file)
+        config.update(from_file)
         if ignored:
             shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
             print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
@@ -106,9 +118,12 @@ def _emit_json(obj) -> None:
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_evaluate(argv) -> int:
+    argv, launch = split_launch(argv)
     policy = _pre_policy(argv)
     parser = _Parser(prog="hisparse evaluate",
-                     description="Decide the attention backends for a server config and check it.")
+                     usage="hisparse evaluate [options] [-- python -m sglang.launch_server ARGS...]",
+                     description="Decide the attention backends for a server config and check it. The config "
+                                 "comes from flags, --config FILE, --batch, or an SGLang launch command after --.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     parser.add_argument("--batch", metavar="FILE", help="JSON Lines of configs ('-' = stdin); one JSON "
@@ -119,7 +134,7 @@ def cmd_evaluate(argv) -> int:
                         help="append one JSON line per decision (time, policy identity, input, decision)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    base = config_from_args(policy, ns, ns.config)
+    base = config_from_args(policy, ns, ns.config, launch)
     if ns.batch:
         return _batch(policy, base, ns.batch, ns.format or "json", ns.record)
     decision = policy.evaluate(base)
@@ -208,14 +223,16 @@ def _batch_text(policy, result: dict, number: int) -> str:
 
 
 def cmd_explain(argv) -> int:
+    argv, launch = split_launch(argv)
     policy = _pre_policy(argv)
     parser = _Parser(prog="hisparse explain",
+                     usage="hisparse explain [options] [-- python -m sglang.launch_server ARGS...]",
                      description="Show every stage, rule and check the policy tried for a config, and why.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = config_from_args(policy, ns, ns.config)
+    config = config_from_args(policy, ns, ns.config, launch)
     decision, trace = policy.trace(config)
     from .render import explanation_text
 

@@ -17,3 +17,11 @@ def shipped_policy_dir() -> str:
 def default_policy_dir() -> str:
     """HISPARSE_POLICY_DIR when set, else the shipped policies."""
     return os.environ.get("HISPARSE_POLICY_DIR") or shipped_policy_dir()
+
+
+DEFAULT_POLICY = "nsa-backends"
+
+
+def default_policy_ref() -> str:
+    """The policy used when none is named: $HISPARSE_POLICY, else the newest nsa-backends."""
+    return os.environ.get("HISPARSE_POLICY") or DEFAULT_POLICY

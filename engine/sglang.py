@@ -1,0 +1,250 @@
+"""SGLang adapters: read a real launch command, and stand in for SGLang's hard-coded routing.
+
+`config_from_launch(policy, tokens)` parses `python -m sglang.launch_server ...` the way SGLang's
+argument parser would for the routing flags: `--flag value` and `--flag=value`, store-true
+booleans, `--config FILE` (SGLang's YAML config file; command-line flags win), the policy's flag
+aliases (e.g. deprecated `--nsa-*` spellings). Unrelated flags (`--tp 8`, `--trust-remote-code`)
+are skipped. A flag that looks like a misspelt or abbreviated routing flag is an error with
+did-you-mean, never a guess. Whether the model uses DeepSeek Sparse Attention is read from the
+model path (DeepSeek-V3.2*, GLM-5*); `--dsa-model` / `--no-dsa-model` given to hisparse override.
+
+`apply(server_args, policy=None)` evaluates the policy on any object with SGLang's attribute names,
+raises ValueError with the policy's message when the config is rejected (as SGLang does), and
+otherwise writes the resolved dtype and backends back and logs SGLang's lines.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import sys
+
+from .errors import ConfigError, Problem
+from .suggest import close_matches
+
+# model names whose config makes SGLang's is_deepseek_nsa() true (DeepSeek Sparse Attention)
+DSA_MODELS = re.compile(r"deepseek[-_ ]?v3[._]2|glm[-_ ]?5(?![0-9])", re.I)
+# model families known not to use DSA (anything else is "unknown": the policy default applies)
+NON_DSA_MODELS = re.compile(
+    r"deepseek[-_ ]?(v2|v3(?![._]2)|r1|coder|llm|math|moe|vl)|llama|qwen|mistral|mixtral|gemma|phi|kimi|"
+    r"glm[-_ ]?4|chatglm|gpt|minimax|yi[-_]|baichuan|internlm|olmo|falcon|command|granite", re.I)
+
+_LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
+
+
+def model_is_dsa(model_path: str) -> bool | None:
+    """True / False when the model path names a known family, None when it cannot tell."""
+    name = os.path.basename(model_path.rstrip("/\\")) or model_path
+    if DSA_MODELS.search(name):
+        return True
+    if NON_DSA_MODELS.search(name):
+        return False
+    return None
+
+
+def launch_args(tokens: list[str]) -> list[str]:
+    """The server arguments of a launch command (everything after the launcher)."""
+    if len(tokens) == 1 and " " in tokens[0].strip():
+        tokens = shlex.split(tokens[0])
+    for i, tok in enumerate(tokens):
+        if tok.endswith(_LAUNCHERS) or (tok == "serve" and i and os.path.basename(tokens[i - 1]) == "sglang"):
+            return tokens[i + 1:]
+    if tokens and tokens[0].startswith("--"):
+        return tokens  # the arguments alone
+    shown = " ".join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
+    raise ConfigError([Problem("C501", f"not an SGLang launch command: {shown!r}",
+                               hint="expected python -m sglang.launch_server ARGS, or the ARGS alone")])
+
+
+def _flag_table(policy) -> dict:
+    """--flag (as typed) -> input name, for every spelling the policy declares."""
+    table = {}
+    for name, spec in policy.inputs.items():
+        for flag in spec.flags:
+            table[flag] = name
+            table["--" + flag[2:].replace("-", "_")] = name
+    return table
+
+
+def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
+    """(canonical config, notes) from a launch command. Raises ConfigError listing every problem."""
+    args = launch_args(tokens)
+    flags = _flag_table(policy)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    given: dict = {}
+    config_file = None
+    model = None
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("--") or tok == "--":
+            notes.append(f"ignored the stray argument {tok!r}")
+            continue
+        flag, eq, inline = tok.partition("=")
+
+        def value():
+            nonlocal i
+            if eq:
+                return inline
+            if i < len(args) and not (args[i].startswith("--")):
+                i += 1
+                return args[i - 1]
+            problems.append(Problem("C503", f"{flag} expects a value"))
+            return None
+
+        if flag == "--config":
+            config_file = value()
+            continue
+        name = flags.get(flag)
+        if name is None:
+            near = _near_routing_flag(flag, flags)
+            if near:
+                problems.append(Problem("C501", f"unknown flag {flag}", hint=near))
+                if not eq and i < len(args) and not args[i].startswith("--"):
+                    i += 1
+                continue
+            # an unrelated SGLang flag: take a following non-flag token as its value
+            v = value() if (eq or (i < len(args) and not args[i].startswith("--"))) else None
+            if flag in ("--model-path", "--model"):
+                model = v
+            continue
+        spec = policy.inputs[name]
+        if spec.type == "bool":
+            if eq:
+                problems.append(Problem("C503", f"{flag} is a switch and takes no value (got {inline!r})"))
+                continue
+            given[name] = True
+            continue
+        raw = value()
+        if raw is None:
+            continue
+        if spec.type == "int":
+            try:
+                raw = int(raw)
+            except ValueError:
+                problems.append(Problem("C503", f"{flag}: expected an integer, got {raw!r}"))
+                continue
+        given[name] = raw
+    config: dict = {}
+    if config_file is not None:
+        from .config import load_config_file
+
+        try:
+            file_config, ignored = load_config_file(policy, config_file)
+            config.update(file_config)
+        except ConfigError as exc:
+            problems += exc.problems
+    try:
+        config.update(policy.normalize({policy.inputs[k].flag[2:]: v for k, v in given.items()}))
+    except ConfigError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+    if "dsa_model" in policy.inputs and "dsa_model" not in config:
+        if model is None:
+            notes.append("no --model-path: whether the model uses DSA is left to the policy default "
+                         f"({str(policy.inputs['dsa_model'].default).lower()})")
+        else:
+            dsa = model_is_dsa(model)
+            if dsa is None:
+                notes.append(f"cannot tell whether {model} uses DeepSeek Sparse Attention: the policy default "
+                             f"({str(policy.inputs['dsa_model'].default).lower()}) applies; pass --dsa-model or "
+                             "--no-dsa-model to hisparse to say")
+            else:
+                config["dsa_model"] = dsa
+    return config, notes
+
+
+def _near_routing_flag(flag: str, flags: dict) -> str:
+    """A did-you-mean when `flag` is a misspelling or an abbreviation of a routing flag."""
+    primary = sorted({f for f in flags if "_" not in f})
+    prefixed = [f for f in primary if f.startswith(flag) and f != flag]
+    if prefixed and len(flag) > 4:
+        return ("an abbreviation is not accepted here (SGLang's parser may resolve it differently): "
+                "did you mean " + " or ".join(prefixed) + "?")
+    hits = close_matches(flag, primary)
+    hits = [h for h in hits if _distance(flag, h) <= 2]
+    return f"did you mean {hits[0]}?" if hits else ""
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance (short strings)."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+# -- in place of SGLang's if/else --------------------------------------------------------------
+def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
+    """Route `server_args` (an object with SGLang's attribute names) by the policy.
+
+    Reads the policy's inputs from attributes of the same names (phase inputs also under their
+    flag aliases, e.g. nsa_decode_backend / dsa_decode_backend); inputs SGLang takes from the
+    environment come from the keyword arguments, else from the model path (dsa_model), from torch
+    if SGLang already imported it (platform, sm_major), else from the policy's defaults. A rejected
+    config raises ValueError with the policy's message before anything is written; an accepted
+    one writes the resolved kv_cache_dtype and backends back, logs SGLang's lines, and returns the
+    Decision."""
+    from .loader import load_policy
+    from .paths import default_policy_ref
+
+    policy = load_policy(policy or default_policy_ref())
+    logger = logger or logging.getLogger("sglang.srt.server_args")
+    config: dict = {}
+    for name, spec in policy.inputs.items():
+        for attr in _attr_names(policy, name):
+            if hasattr(server_args, attr):
+                value = getattr(server_args, attr)
+                if value is not None or spec.nullable:
+                    config[name] = value
+                break
+    env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
+    detected = _detect(server_args)
+    for name, value in env.items():
+        if name in policy.inputs and name not in config:
+            value = value if value is not None else detected.get(name)
+            if value is not None:
+                config[name] = value
+    decision = policy.evaluate(config)
+    if not decision.ok:
+        raise ValueError(decision.error)
+    for name, value in decision.config.items():
+        for attr in _attr_names(policy, name):
+            if hasattr(server_args, attr):
+                setattr(server_args, attr, value)
+    for line in decision.log:
+        logger.warning(line)
+    return decision
+
+
+def _attr_names(policy, name: str) -> list[str]:
+    spec = policy.inputs[name]
+    names = [name] + [f[2:].replace("-", "_") for f in spec.flags]
+    return list(dict.fromkeys(names))
+
+
+def _detect(server_args) -> dict:
+    out = {}
+    model = getattr(server_args, "model_path", None)
+    if isinstance(model, str):
+        dsa = model_is_dsa(model)
+        if dsa is not None:
+            out["dsa_model"] = dsa
+    torch = sys.modules.get("torch")  # only if the caller already imported it
+    if torch is not None:
+        if getattr(getattr(torch, "version", None), "hip", None):
+            out["platform"] = "hip"
+        try:
+            if torch.cuda.is_available():
+                out["sm_major"] = int(torch.cuda.get_device_capability()[0])
+                out.setdefault("platform", "cuda")
+        except Exception:  # no usable device: leave it to the policy's default
+            pass
+    return out

@@ -1,0 +1,180 @@
+"""The SGLang command-line adapter on real-world style launch commands, and apply() on a
+stand-in object with SGLang's attribute names."""
+import logging
+import shlex
+
+import pytest
+
+import engine
+from engine.sglang import apply, config_from_launch, model_is_dsa
+from helpers import run_cli
+
+V2 = "nsa-backends@2"
+
+
+def launch(cmd: str, ref=V2):
+    policy = engine.load_policy(ref)
+    config, notes = config_from_launch(policy, shlex.split(cmd))
+    return policy.evaluate(config), config, notes
+
+
+@pytest.mark.parametrize("cmd, ok, prefill, decode", [
+    # 1. the seed's example: HiSparse + FP8 on DeepSeek-V3.2
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8 --enable-hisparse "
+     "--kv-cache-dtype fp8_e4m3 --disable-radix-cache --trust-remote-code", True, "flashmla_kv", "flashmla_kv"),
+    # 2. --flag=value spellings, python3 with a version, dp attention flags around
+    ("python3.11 -m sglang.launch_server --model=deepseek-ai/DeepSeek-V3.2-Exp --tp-size=8 --dp 8 "
+     "--enable-dp-attention --kv-cache-dtype=bf16 --mem-fraction-static 0.85", True, "flashmla_sparse", "fa3"),
+    # 3. environment variables before the interpreter; BF16 HiSparse
+    ("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 SGLANG_ENABLE_JIT_DEEPGEMM=0 python -m sglang.launch_server "
+     "--model-path /models/DeepSeek-V3.2 --enable-hisparse --kv-cache-dtype bfloat16 --disable-radix-cache "
+     "--host 0.0.0.0 --port 30000", True, "flashmla_sparse", "flashmla_sparse"),
+    # 4. the seed's compatibility risk: explicit flashmla_sparse decode with FP8
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --enable-hisparse "
+     "--kv-cache-dtype fp8_e4m3 --disable-radix-cache --nsa-decode-backend flashmla_sparse", False, None, None),
+    # 5. HiSparse on a model without DSA
+    ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B-Instruct --enable-hisparse "
+     "--disable-radix-cache --tp 4", False, None, None),
+    # 6. GLM-5 counts as DSA; radix cache left on
+    ("python -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --enable-hisparse --kv-cache-dtype fp8_e4m3",
+     False, None, None),
+    # 7. explicit backends, speculative decoding flags with values around them
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --speculative-algorithm EAGLE "
+     "--speculative-num-steps 3 --nsa-prefill-backend flashmla_sparse --nsa-decode-backend fa3 "
+     "--kv-cache-dtype bfloat16", True, "flashmla_sparse", "fa3"),
+    # 8. the path of the launcher script itself
+    ("/opt/venv/bin/python /opt/sglang/python/sglang/launch_server.py --model-path deepseek-ai/DeepSeek-V3.2 "
+     "--kv-cache-dtype fp8_e4m3", True, "flashmla_kv", "flashmla_kv"),
+    # 9. a DeepSeek V3 (not V3.2) model skips DSA routing entirely
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3-0324 --tp 8 --kv-cache-dtype fp8_e5m2",
+     True, None, None),
+    # 10. unsupported dtype for DSA stops in the resolve stage
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --kv-cache-dtype fp4_e2m1",
+     False, None, None),
+    # 11. the arguments alone, no launcher
+    ("--model-path deepseek-ai/DeepSeek-V3.2 --enable-hisparse --disable-radix-cache", True,
+     "flashmla_sparse", "flashmla_sparse"),
+])
+def test_launch_commands(cmd, ok, prefill, decode):
+    d, _, _ = launch(cmd)
+    assert d.ok is ok, d.error
+    if ok:
+        assert (d.backends["prefill"], d.backends["decode"]) == (prefill, decode)
+
+
+def test_rejections_carry_sglangs_messages():
+    d, _, _ = launch("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --enable-hisparse "
+                     "--kv-cache-dtype fp8_e4m3 --disable-radix-cache --nsa-decode-backend flashmla_sparse")
+    assert d.error == ("HiSparse with --kv-cache-dtype=fp8_e4m3 requires --nsa-decode-backend in "
+                       "['flashmla_kv'], but got flashmla_sparse.")
+    d, config, _ = launch("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B-Instruct "
+                          "--enable-hisparse --disable-radix-cache")
+    assert config["dsa_model"] is False
+    assert d.error.startswith("--enable-hisparse is only supported for DSA")
+
+
+def test_config_file_inside_the_command(tmp_path):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text("model-path: deepseek-ai/DeepSeek-V3.2\nenable-hisparse: true\nkv-cache-dtype: bfloat16\n"
+                   "disable-radix-cache: true\ntp: 8\n")
+    d, _, _ = launch(f"python -m sglang.launch_server --config {cfg} --kv-cache-dtype fp8_e4m3")
+    assert d.ok and d.backends["decode"] == "flashmla_kv"  # the command line wins over the file
+
+
+@pytest.mark.parametrize("cmd, text", [
+    ("python -m sglang.launch_server --kv-cache-dtpye fp8_e4m3", "did you mean --kv-cache-dtype?"),
+    ("python -m sglang.launch_server --enable-hisparce", "did you mean --enable-hisparse?"),
+    ("python -m sglang.launch_server --disable-radix", "abbreviation is not accepted"),
+    ("python -m sglang.launch_server --enable-hisparse=true", "is a switch and takes no value"),
+    ("python -m sglang.launch_server --kv-cache-dtype", "--kv-cache-dtype expects a value"),
+    ("python -m sglang.launch_server --kv-cache-dtype fp8", "did you mean one of 'fp8_e4m3', 'fp8_e5m2'?"),
+    ("vllm serve deepseek-ai/DeepSeek-V3.2", "not an SGLang launch command"),
+])
+def test_mistakes_are_caught(cmd, text):
+    with pytest.raises(engine.ConfigError) as exc:
+        launch(cmd)
+    assert text in str(exc.value)
+
+
+def test_unknown_model_is_said(capsys):
+    _, config, notes = launch("python -m sglang.launch_server --model-path /data/ckpt/step-1200 --tp 8")
+    assert "dsa_model" not in config
+    assert any("cannot tell whether /data/ckpt/step-1200 uses DeepSeek Sparse Attention" in n for n in notes)
+
+
+@pytest.mark.parametrize("path, dsa", [
+    ("deepseek-ai/DeepSeek-V3.2", True), ("deepseek-ai/DeepSeek-V3.2-Exp", True),
+    ("deepseek-ai/DeepSeek-V3.2-Speciale", True), ("/models/glm-5", True), ("zai-org/GLM-5-FP8", True),
+    ("deepseek-ai/DeepSeek-V3.1", False), ("deepseek-ai/DeepSeek-R1", False), ("zai-org/GLM-4.6", False),
+    ("Qwen/Qwen3-235B-A22B", False), ("my-org/finetune-7", None), ("zai-org/GLM-50", None),
+])
+def test_model_recognition(path, dsa):
+    assert model_is_dsa(path) is dsa
+
+
+def test_cli_launch_command_and_overrides(capsys):
+    base = ["--", "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3.2",
+            "--enable-hisparse", "--disable-radix-cache"]
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V2, "--format", "json", *base)
+    assert code == 0 and '"nsa_decode_backend": "flashmla_sparse"' in out
+    # hisparse's own flags before -- win over the launch command
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V2, "--sm-major", "10", "--format", "json", *base)
+    assert code == 0 and '"nsa_decode_backend": "flashmla_kv"' in out
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V2, "--no-dsa-model", *base)
+    assert code == 1 and "only supported for DSA" in out
+    code, out, _ = run_cli(capsys, "explain", "--policy", V2, *base)
+    assert code == 0 and "CHOSEN" in out
+    code, _, err = run_cli(capsys, "evaluate", "--", "python", "-m", "sglang.launch_server", "--kv-cache-dtpye", "x")
+    assert code == 2 and "did you mean --kv-cache-dtype?" in err
+
+
+class ServerArgs:
+    """A stand-in with SGLang's attribute names (and unrelated ones)."""
+
+    def __init__(self, **kw):
+        self.model_path = "deepseek-ai/DeepSeek-V3.2"
+        self.tp_size = 8
+        self.enable_hisparse = False
+        self.kv_cache_dtype = "auto"
+        self.disable_radix_cache = False
+        self.nsa_prefill_backend = None
+        self.nsa_decode_backend = None
+        self.__dict__.update(kw)
+
+
+def test_apply_fills_backends_and_logs(caplog):
+    args = ServerArgs(enable_hisparse=True, kv_cache_dtype="fp8_e4m3", disable_radix_cache=True)
+    with caplog.at_level(logging.WARNING, logger="sglang.srt.server_args"):
+        d = apply(args, V2, sm_major=9, platform="cuda")
+    assert d.ok
+    assert (args.nsa_prefill_backend, args.nsa_decode_backend) == ("flashmla_kv", "flashmla_kv")
+    assert args.tp_size == 8  # untouched
+    assert [r.getMessage() for r in caplog.records] == [
+        "HiSparse enabled (fp8_e4m3): using NSA backends prefill=flashmla_kv, decode=flashmla_kv."]
+
+
+def test_apply_resolves_auto_from_the_arch():
+    args = ServerArgs()
+    apply(args, V2, sm_major=10, platform="cuda")
+    assert args.kv_cache_dtype == "fp8_e4m3"
+    assert (args.nsa_prefill_backend, args.nsa_decode_backend) == ("trtllm", "trtllm")
+
+
+def test_apply_raises_like_sglang_and_writes_nothing():
+    args = ServerArgs(enable_hisparse=True, kv_cache_dtype="fp8_e4m3", disable_radix_cache=True,
+                      nsa_decode_backend="flashmla_sparse")
+    before = dict(vars(args))
+    with pytest.raises(ValueError) as exc:
+        apply(args, V2, sm_major=9, platform="cuda")
+    assert str(exc.value) == ("HiSparse with --kv-cache-dtype=fp8_e4m3 requires --nsa-decode-backend in "
+                              "['flashmla_kv'], but got flashmla_sparse.")
+    assert vars(args) == before
+
+
+def test_apply_reads_the_model_path():
+    args = ServerArgs(model_path="meta-llama/Llama-3.1-8B", enable_hisparse=True, disable_radix_cache=True)
+    with pytest.raises(ValueError, match="only supported for DSA"):
+        apply(args, V2, sm_major=9, platform="cuda")
+    plain = ServerArgs(model_path="meta-llama/Llama-3.1-8B", kv_cache_dtype="fp8_e5m2")
+    apply(plain, V2)
+    assert plain.nsa_decode_backend is None  # no DSA routing for it
