@@ -394,6 +394,8 @@ def route(**config) -> dict:
     args = ServerArgs(**config)
     error = error_type = stage = None
     try:
+        if not isinstance(args.sm_major, int) or isinstance(args.sm_major, bool):
+            raise UpstreamError("InputError", f"sm_major must be an int, got {args.sm_major!r}", "input")
         _parse_cli(args)
         _dsa_kv_cache_dtype_default(args)        # handle_model_specific_adjustments: DSA arm,
         _dsa_split_backend_resolution(args)      # kv dtype first, then the split backends

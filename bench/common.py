@@ -1,0 +1,77 @@
+"""Shared pieces of the benchmarks: timing side by side, machine facts, result files.
+
+The machines these run on are shared and noisy, so every goal is a ratio of two things measured in
+the same run, interleaved (A, B, A, B, ...), with the median of several repeats."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+
+
+def interleaved(fns: dict, repeats: int, number: int = 1) -> dict:
+    """Median seconds per call of each function, measured in alternation."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - t0) / number)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def run_process(argv: list[str], env=None) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{argv} failed: {proc.stderr[-500:]}")
+    return elapsed
+
+
+def machine() -> dict:
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = bool(torch.cuda.is_available())
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def goal(value: float, target: float, kind: str, unit: str = "") -> dict:
+    """A figure against its goal; kind: 'max' (value <= target) or 'min' (value >= target)."""
+    met = value <= target if kind == "max" else value >= target
+    return {"value": round(value, 4), "goal": f"{'<=' if kind == 'max' else '>='} {target}{unit}", "met": met}
+
+
+def write_result(name: str, figures: dict, goals: dict, quick: bool, notes: list | None = None) -> str:
+    os.makedirs(RESULTS, exist_ok=True)
+    out = {"name": name, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "quick": quick, "machine": machine(), "figures": figures, "goals": goals, "notes": notes or []}
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=2)
+        fh.write("\n")
+    return path
