@@ -10,9 +10,9 @@ Numerics follow FlashMLA's `tests/quant.py` step for step, so rows written here 
 the ones FlashMLA's tests feed its kernels:
 - amax = max |x| over the 128-dim tile, taken in bf16 (exact), then widened to float32;
 - s = amax / 448 in float32; s = 2 ** ceil(log2(max(s, 1e-4))) with float32 `log2`, so every
-  scale is a power of two and an all-zero tile gets 2**-13. (Where amax/448 lies within a float32
-  ulp above a power of two, float32 `log2` rounds to the integer and s is that power of two; the
-  code x/s then exceeds 448 by at most one part in 2**23 and the cast rounds it to 448.)
+  scale is a power of two and an all-zero tile gets 2**-13. For bf16 inputs this is exactly the
+  smallest power of two >= max(amax / 448, 1e-4): amax / 448 never falls within a float32 ulp
+  above a power of two without equalling it (the tests check every bf16 amax);
 - code = float8_e4m3fn(float32(x) / s) (round to nearest even; torch's cast saturates at 448);
 - dequantized value = bf16(float32(code) * s).
 With power-of-two scales, dequantization is exact up to the final bf16 rounding, which is itself

@@ -132,6 +132,7 @@ def check_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_length
     _aligned(q=q, kv=kv)
     _index_strides(indices)
     _strides_fit(q=q, kv=kv, indices=indices)
+    _sink_values(attn_sink)
     if topk_length is not None and s_q:
         lo, hi = int(topk_length.min()), int(topk_length.max())
         if lo < 0 or hi > topk:
@@ -190,6 +191,7 @@ def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
     _aligned(q=q, k_cache=k_cache)
     _index_strides(indices)
     _strides_fit(q=q, k_cache=k_cache, indices=indices)
+    _sink_values(attn_sink)
     shape = DecodeShape(b, s_q, h_q, num_blocks, block_size, topk)
     _decode_index_range(indices, shape.rows)
     if check_finite:
@@ -237,7 +239,11 @@ def _check_sink(attn_sink, h_q: int) -> None:
     _dtype("attn_sink", attn_sink, (torch.float32,), want)
     if tuple(attn_sink.shape) != (h_q,):
         _fail("attn_sink", attn_sink, want)
-    if bool(torch.isnan(attn_sink).any()):
+
+
+def _sink_values(attn_sink) -> None:
+    """NaN has no meaning as a sink logit (+-inf do: no sink, or a zeroed head)."""
+    if attn_sink is not None and bool(torch.isnan(attn_sink).any()):
         raise ValidationError(f"attn_sink: expected no NaN; got {describe(attn_sink)} holding "
                               f"{int(torch.isnan(attn_sink).sum())} NaN", argument="attn_sink")
 
