@@ -185,11 +185,12 @@ def prefill_case(module, flavour, dev, h_q, s_q, s_kv, *, sink=False, topk_lengt
               "topk": TOPK, "attn_sink": sink, "topk_length": topk_length, "checks": checks,
               "passed": all(c["passed"] for c in checks)}
     if timing and not sink and not topk_length:
+        warmup = _warmup(iters)
         bridge = median_us(lambda: run_backend("flashmla_sparse", q, kv, idx,
                                                provider="flashmla", sm_scale=scale),
-                           iters, 3, dev)
+                           iters, warmup, dev)
         direct = median_us(lambda: direct_prefill(module, flavour, q, kv, idx, scale),
-                           iters, 3, dev)
+                           iters, warmup, dev)
         result.update(_timing(bridge, direct, sparse_flops(1, s_q, h_q, TOPK)))
     return result
 
@@ -217,14 +218,19 @@ def decode_case(module, flavour, dev, h_q, b, s_q=1, *, sink=False, timing=True,
     if timing and not sink:
         scale = D_QK ** -0.5
         cache_fp8 = cache.view(torch.float8_e4m3fn)
+        warmup = _warmup(iters)
         bridge = median_us(lambda: run_backend("flashmla_kv", q, cache, idx,
-                                               provider="flashmla"), iters, 5, dev)
+                                               provider="flashmla"), iters, warmup, dev)
         direct = median_us(lambda: direct_decode(module, flavour, q, cache_fp8, idx, scale),
-                           iters, 5, dev)
-        validation = median_us(lambda: check_decode(q, cache, idx), iters, 5, dev)
+                           iters, warmup, dev)
+        validation = median_us(lambda: check_decode(q, cache, idx), iters, warmup, dev)
         result.update(_timing(bridge, direct, sparse_flops(b, s_q, h_q, TOPK)))
         result["validation_us"] = validation
     return result
+
+
+def _warmup(iters: int) -> int:
+    return max(1, min(5, iters // 4))
 
 
 def _timing(bridge_us: float, direct_us: float, flops: float) -> dict:

@@ -20,23 +20,27 @@ def doctor_report() -> dict:
     """A JSON-serialisable dict describing the bridge's environment.
 
     Keys: python, platform, torch {version, cuda, cuda_available, device_count},
-    device {name, capability, index} or None, flash_mla {imports, version, error, flavour,
-    usable, reason}, backends {name: {provider, reason}} (what provider="auto" picks here).
+    device {name, capability, index} or None, flash_mla {imports, version, error (the import
+    error text), flavour, usable, reason, probe_error (only when probing itself failed)},
+    backends {name: {provider, reason}} (what provider="auto" picks here, and why).
     """
     status = _guard(lambda: flashmla.flashmla_status(), {})
+    flash_mla = {
+        "imports": status.get("import_error") is None if "error" not in status else None,
+        "version": status.get("version"),
+        "error": status.get("import_error"),
+        "flavour": status.get("flavour"),
+        "usable": bool(status.get("usable")),
+        "reason": status.get("reason"),
+    }
+    if "error" in status:
+        flash_mla["probe_error"] = status["error"]
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": _guard(_torch_facts, {"version": getattr(torch, "__version__", None)}),
         "device": _guard(_device_facts, None),
-        "flash_mla": {
-            "imports": status.get("import_error") is None and "error" not in status,
-            "version": status.get("version"),
-            "error": status.get("import_error") or status.get("error"),
-            "flavour": status.get("flavour"),
-            "usable": bool(status.get("usable")),
-            "reason": status.get("reason"),
-        },
+        "flash_mla": flash_mla,
         "backends": {name: _guard(lambda name=name: _auto_choice(name),
                                   {"provider": "reference", "reason": None})
                      for name in BACKENDS},
@@ -61,7 +65,9 @@ def render_doctor(report: dict) -> str:
                      f"(compute capability {cap[0]}.{cap[1]})")
     else:
         lines.append("  device     no CUDA device")
-    if fm.get("imports"):
+    if fm.get("probe_error"):
+        lines.append(f"  flash_mla  probe failed: {fm['probe_error']}")
+    elif fm.get("imports"):
         flavour = (fm.get("flavour") or {}).get("name", "?")
         lines.append(f"  flash_mla  {fm.get('version') or 'unknown version'}, API flavour "
                      f"{flavour}")
@@ -72,7 +78,8 @@ def render_doctor(report: dict) -> str:
     lines.append("backends (provider='auto' here)")
     width = max(len(name) for name in report.get("backends", {"": None}))
     for name, choice in report.get("backends", {}).items():
-        lines.append(f"  {name:<{width}}  {choice.get('provider')}: {choice.get('reason')}")
+        why = choice.get("reason") or f"probe failed ({choice.get('error')})"
+        lines.append(f"  {name:<{width}}  {choice.get('provider')}: {why}")
     return "\n".join(lines)
 
 
