@@ -70,7 +70,7 @@ def sparse_decode_fp8(q: torch.Tensor, k_cache: torch.Tensor, indices: torch.Ten
 def prefill_compute(q, kv, indices, sm_scale, attn_sink=None, topk_length=None, *,
                     chunk: int = DEFAULT_CHUNK):
     """`sparse_prefill` without validation: arguments already passed check_prefill."""
-    s_q, topk = indices.shape[0], indices.shape[2]
+    topk = indices.shape[2]
     idx = indices[:, 0, :]
     valid = (idx >= 0) & (idx < kv.shape[0])
     if topk_length is not None:
@@ -106,7 +106,8 @@ def _sparse_attention(q: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
                       chunk: int):
     """The shared kernel.
 
-    q: bf16 [n, h, 576]; idx: int [n, topk]; valid: bool [n, topk]; gather: int64 [m] -> f32 [m, 576].
+    q: bf16 [n, h, 576]; idx: int [n, topk]; valid: bool [n, topk];
+    gather: int64 [m] -> f32 [m, 576].
     Returns (out bf16 [n, h, 512], max_logits f32 [n, h], lse f32 [n, h]).
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:

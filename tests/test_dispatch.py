@@ -114,7 +114,7 @@ def test_results_do_not_depend_on_the_provider_spelling(no_flash_mla):
     q, kv, idx = prefill_args(h_q=64, topk=128)
     auto = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
     ref = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1, provider="reference")
-    assert all(torch.equal(a, b) for a, b in zip(auto[:3], ref[:3]))
+    assert all(torch.equal(a, b) for a, b in zip(auto[:3], ref[:3], strict=True))
 
 
 def test_scale_may_be_any_real_number(no_flash_mla):

@@ -33,7 +33,7 @@ def test_row_size_and_layout():
         values = kv[i].float().tolist()
         # scales at 512..527 read as little-endian float32, one per 128-dim tile
         want_scales = [max(abs(v) for v in values[t * 128:(t + 1) * 128]) for t in range(4)]
-        for got, amax in zip(scales_of(packed[i]), want_scales):
+        for got, amax in zip(scales_of(packed[i]), want_scales, strict=True):
             assert got >= amax / 448 and (got < 2 * amax / 448 or got == 2.0 ** -13)
         # RoPE bytes are the bf16 bytes of dims 512..575, untouched
         rope = b"".join(struct.pack("<H", oracle.bf16_bits(v)) for v in values[512:])
@@ -194,4 +194,4 @@ def test_dequantize_rejects_bad_input(bad, fragment):
 
 
 def _first_diff(a: bytes, b: bytes):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
