@@ -1,0 +1,140 @@
+"""Backend name -> kernel: validate, pick a provider, run.
+
+Backends are SGLang's NSA attention backend names the bridge can run:
+- `flashmla_sparse`: sparse attention over a BF16 KV buffer (`flash_mla_sparse_fwd`);
+- `flashmla_kv`: sparse attention over the paged FP8 656-byte cache (`flash_mla_with_kvcache`).
+Providers: `flashmla` (the GPU kernels), `reference` (the torch reference kernels, any device) and
+`auto` (FlashMLA when it can run these tensors, else the reference).
+"""
+from __future__ import annotations
+
+import difflib
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from . import flashmla, reference
+from .errors import ProviderUnavailable, ValidationError, describe
+from .validate import D_V, check_d_v, check_decode, check_prefill
+
+__all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "run_backend", "select_provider"]
+
+BACKENDS = ("flashmla_sparse", "flashmla_kv")
+PROVIDERS = ("auto", "reference", "flashmla")
+
+
+class AttentionResult(NamedTuple):
+    """What a backend returns, in FlashMLA's conventions (natural-log statistics).
+
+    flashmla_sparse: out bf16 [s_q, h_q, 512], lse f32 [s_q, h_q], max_logits f32 [s_q, h_q].
+    flashmla_kv: out bf16 [b, s_q, h_q, 512], lse f32 [b, h_q, s_q], max_logits None.
+    provider: "flashmla" or "reference", whichever ran.
+    """
+    out: torch.Tensor
+    lse: torch.Tensor
+    max_logits: Optional[torch.Tensor]
+    provider: str
+
+
+def run_backend(backend: str, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+                sm_scale: Optional[float] = None, softmax_scale: Optional[float] = None,
+                attn_sink: Optional[torch.Tensor] = None,
+                topk_length: Optional[torch.Tensor] = None, provider: str = "auto",
+                d_v: int = D_V, check_finite: bool = False) -> AttentionResult:
+    """Run one attention backend on validated arguments.
+
+    flashmla_sparse: q bf16 [s_q, h_q, 576], kv_cache bf16 [s_kv, 1, 576], indices int32
+      [s_q, 1, topk]; sm_scale required; topk_length int32 [s_q] optional.
+    flashmla_kv: q bf16 [b, s_q, h_q, 576], kv_cache uint8/int8/float8_e4m3fn
+      [num_blocks, block_size, 1, 656], indices int32 [b, s_q, topk] flat rows or -1;
+      softmax_scale optional (1/sqrt(576)); no topk_length (FlashMLA's V3.2 decode has none).
+    Both: attn_sink f32 [h_q] optional; d_v 512; check_finite=True rejects NaN/inf in q.
+    provider: "auto" | "reference" | "flashmla" (ProviderUnavailable with the reason when
+    FlashMLA cannot run these tensors).
+    Every check runs before any kernel; a bad argument raises ValidationError.
+    """
+    _check_choice("backend", backend, BACKENDS, "the bridge provides")
+    _check_choice("provider", provider, PROVIDERS, "providers are")
+    if backend == "flashmla_sparse":
+        return _run_sparse(q, kv_cache, indices, sm_scale, softmax_scale, attn_sink,
+                           topk_length, provider, d_v, check_finite)
+    return _run_kv(q, kv_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length,
+                   provider, d_v, check_finite)
+
+
+def select_provider(backend: str, device: Optional[torch.device], provider: str = "auto", *,
+                    attn_sink: bool = False, topk_length: bool = False) -> Tuple[str, str]:
+    """Which provider runs `backend` on `device` (None: the default CUDA device), and why.
+
+    Returns ("flashmla" | "reference", reason). provider="flashmla" raises ProviderUnavailable
+    when FlashMLA cannot run; provider="reference" always gives the reference.
+    """
+    _check_choice("backend", backend, BACKENDS, "the bridge provides")
+    _check_choice("provider", provider, PROVIDERS, "providers are")
+    if provider == "reference":
+        return "reference", "provider='reference' was requested"
+    reason = flashmla.unusable_reason(device, backend=backend, attn_sink=attn_sink,
+                                      topk_length=topk_length)
+    if reason is None:
+        return "flashmla", "flash_mla imports and supports this device and these arguments"
+    if provider == "flashmla":
+        raise ProviderUnavailable(f"FlashMLA cannot run {backend}: {reason}",
+                                  status=flashmla.flashmla_status(device))
+    return "reference", reason
+
+
+def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length, provider, d_v,
+                check_finite) -> AttentionResult:
+    if softmax_scale is not None:
+        raise ValidationError("softmax_scale: flashmla_sparse takes its scale as sm_scale; got "
+                              f"softmax_scale={softmax_scale!r}", argument="softmax_scale")
+    if sm_scale is None:
+        raise ValidationError("sm_scale: flashmla_sparse requires sm_scale (a finite real "
+                              "number; SGLang passes the layer's scaling); got None",
+                              argument="sm_scale")
+    check_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
+                  check_finite=check_finite)
+    chosen, _ = select_provider("flashmla_sparse", q.device, provider,
+                                attn_sink=attn_sink is not None,
+                                topk_length=topk_length is not None)
+    if chosen == "flashmla":
+        out, max_logits, lse = flashmla.prefill_call(q, kv, indices, sm_scale, attn_sink,
+                                                     topk_length)
+    else:
+        out, max_logits, lse = reference.prefill_compute(q, kv, indices, sm_scale, attn_sink,
+                                                         topk_length)
+    return AttentionResult(out, lse, max_logits, chosen)
+
+
+def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length, provider, d_v,
+            check_finite) -> AttentionResult:
+    if sm_scale is not None:
+        raise ValidationError("sm_scale: flashmla_kv takes its scale as softmax_scale "
+                              f"(default 1/sqrt(576)); got sm_scale={sm_scale!r}",
+                              argument="sm_scale")
+    if topk_length is not None:
+        raise ValidationError(
+            "topk_length: flashmla_kv does not take topk_length (FlashMLA's V3.2 FP8 decode "
+            f"kernel has no dynamic top-k length); mark unused slots with -1; got "
+            f"{describe(topk_length)}", argument="topk_length")
+    check_d_v(d_v)
+    check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite)
+    chosen, _ = select_provider("flashmla_kv", q.device, provider,
+                                attn_sink=attn_sink is not None)
+    if chosen == "flashmla":
+        out, lse = flashmla.decode_call(q, k_cache, indices, softmax_scale, attn_sink)
+    else:
+        out, lse = reference.decode_compute(q, k_cache, indices, softmax_scale, attn_sink)
+    return AttentionResult(out, lse, None, chosen)
+
+
+def _check_choice(what: str, value, choices, phrase: str) -> None:
+    if isinstance(value, str) and value in choices:
+        return
+    hint = ""
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+        if close:
+            hint = f"; did you mean {close[0]!r}?"
+    raise ValidationError(f"{what}: unknown {what} {value!r}; {phrase} "
+                          f"{', '.join(repr(c) for c in choices)}{hint}", argument=what)

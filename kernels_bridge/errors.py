@@ -1,0 +1,63 @@
+"""Errors raised by the kernel bridge.
+
+Every error is a `BridgeError`; each also derives from the builtin a caller would naturally catch
+(`ValueError` for bad input, `RuntimeError` for a missing provider), so code written against the
+builtins keeps working.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["BridgeError", "ValidationError", "ProviderUnavailable", "RoutingRejected"]
+
+
+def describe(value: Any) -> str:
+    """How error messages show an argument: a tensor's shape, dtype and device, else its type."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"shape {tuple(shape)}, dtype {dtype}, device {getattr(value, 'device', '?')}"
+    if value is None:
+        return "None"
+    return f"a {type(value).__name__} ({value!r})"
+
+
+class BridgeError(Exception):
+    """Base class of every error the bridge raises on purpose."""
+
+
+class ValidationError(BridgeError, ValueError):
+    """An argument cannot be given to the kernels; raised before any kernel runs.
+
+    `argument` names the offending argument (``"q"``, ``"indices"``, ...) when there is one; the
+    message names it too, with the tensor's shape, dtype and device and what was expected.
+    """
+
+    def __init__(self, message: str, *, argument: Optional[str] = None):
+        super().__init__(message)
+        self.argument = argument
+
+
+class ProviderUnavailable(BridgeError, RuntimeError):
+    """A provider (FlashMLA) cannot run here.
+
+    `reason` says why in one sentence (the import error text, no CUDA, the device's architecture,
+    a feature this flash_mla build lacks); `status` is `flashmla_status()`'s dict when known.
+    """
+
+    def __init__(self, reason: str, *, status: Optional[dict] = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class RoutingRejected(BridgeError, ValueError):
+    """The routing policy rejected the requested configuration.
+
+    `decision` is the policy engine's decision object (whatever evaluated the configuration), kept
+    so a caller can report every violation, not only the message.
+    """
+
+    def __init__(self, message: str, decision: Any = None):
+        super().__init__(message)
+        self.decision = decision

@@ -1,0 +1,112 @@
+"""The DeepSeek-V3.2 FP8 KV-cache row: 576 bf16 values packed into 656 bytes.
+
+| bytes    | content                                                          |
+|----------|------------------------------------------------------------------|
+| 0..511   | 512 x float8_e4m3fn: NoPE dims 0..511 (also V), quantized        |
+| 512..527 | 4 x float32 scales, little-endian; scale i covers dims 128i..128i+127 |
+| 528..655 | 64 x bfloat16: RoPE dims 512..575, copied unquantized            |
+
+Numerics follow FlashMLA's `tests/quant.py` step for step, so rows written here are bit-identical to
+the ones FlashMLA's tests feed its kernels:
+- amax = max |x| over the 128-dim tile, taken in bf16 (exact), then widened to float32;
+- s = amax / 448 in float32; s = 2 ** ceil(log2(max(s, 1e-4))) with float32 `log2`, so every
+  scale is a power of two and an all-zero tile gets 2**-13. For bf16 inputs this is exactly the
+  smallest power of two >= max(amax / 448, 1e-4): amax / 448 never falls within a float32 ulp
+  above a power of two without equalling it (the tests check every bf16 amax);
+- code = float8_e4m3fn(float32(x) / s) (round to nearest even; torch's cast saturates at 448);
+- dequantized value = bf16(float32(code) * s).
+With power-of-two scales, dequantization is exact up to the final bf16 rounding, which is itself
+exact unless the product overflows: a tile whose amax exceeds about 1.94 * 2**127 (near bf16's
+maximum) gets s = 2**120 and a code of 256, and 256 * 2**120 = 2**128 overflows to inf. FlashMLA's
+reference quantizer behaves the same; real KV activations never come near.
+
+Round-trip bound: |dequantize(quantize(x)) - x| <= max(2**-4 * |x|, 2**-10 * s) for every element x
+of a tile with scale s (e4m3 keeps 3 mantissa bits: half an ulp is 2**-4 relative in the normal
+range; below 2**-6 * s the codes are subnormal with spacing 2**-9 * s). The RoPE dims round-trip
+exactly.
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import ValidationError, describe
+
+__all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8"]
+
+D_NOPE = 512          # quantized dims (the latent, also V)
+D_ROPE = 64           # rotary dims, kept in bf16
+D_QK = D_NOPE + D_ROPE  # 576
+TILE = 128            # dims per scale
+NUM_TILES = D_NOPE // TILE  # 4
+SCALE_BYTES = 4 * NUM_TILES  # 16
+FP8_ROW_BYTES = D_NOPE + SCALE_BYTES + 2 * D_ROPE  # 656
+BF16_ROW_BYTES = 2 * D_QK  # 1152
+
+FP8_MAX = 448.0
+SCALE_FLOOR = 1e-4    # FlashMLA's FP8_AMAX_MARGIN: keeps an all-zero tile's scale at 2**-13
+
+# byte offsets inside a row
+SCALES_AT = D_NOPE            # 512
+ROPE_AT = D_NOPE + SCALE_BYTES  # 528
+
+PACKED_DTYPES = (torch.uint8, torch.int8, torch.float8_e4m3fn)
+
+
+def tile_scales(nope: torch.Tensor) -> torch.Tensor:
+    """Per-tile power-of-two scales, computed as FlashMLA's quantizer does.
+
+    nope: bf16 [..., 4, 128]. Returns float32 [..., 4].
+    """
+    amax = nope.abs().amax(dim=-1).float()  # bf16 max is exact; widen afterwards like upstream
+    raw = amax / FP8_MAX
+    return torch.pow(2, raw.clamp_min(SCALE_FLOOR).log2().ceil()).to(torch.float32)
+
+
+def quantize_kv_fp8(kv: torch.Tensor) -> torch.Tensor:
+    """Pack bf16 KV rows into 656-byte FP8 rows.
+
+    kv: bf16 [..., 576] (any leading shape, any device, any strides).
+    Returns uint8 [..., 656], contiguous, on kv's device.
+    """
+    if not isinstance(kv, torch.Tensor) or kv.dtype != torch.bfloat16 or kv.dim() < 1 \
+            or kv.shape[-1] != D_QK:
+        raise ValidationError(
+            f"kv: expected a bfloat16 tensor [..., {D_QK}] to quantize; got {describe(kv)}",
+            argument="kv")
+    lead = kv.shape[:-1]
+    nope = kv[..., :D_NOPE].reshape(*lead, NUM_TILES, TILE)
+    scales = tile_scales(nope)  # [..., 4]
+    codes = (nope.float() / scales.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    row = torch.empty(*lead, FP8_ROW_BYTES, dtype=torch.uint8, device=kv.device)
+    row[..., :D_NOPE] = codes.reshape(*lead, D_NOPE).view(torch.uint8)
+    row[..., SCALES_AT:ROPE_AT] = _bytes_of(scales)
+    row[..., ROPE_AT:] = _bytes_of(kv[..., D_NOPE:])
+    return row
+
+
+def dequantize_kv_fp8(packed: torch.Tensor) -> torch.Tensor:
+    """Unpack 656-byte FP8 rows into bf16 KV rows.
+
+    packed: uint8, int8 or float8_e4m3fn [..., 656] (any leading shape; a view of the cache is
+    fine). Returns bf16 [..., 576], contiguous, on packed's device.
+    """
+    if not isinstance(packed, torch.Tensor) or packed.dtype not in PACKED_DTYPES \
+            or packed.dim() < 1 or packed.shape[-1] != FP8_ROW_BYTES:
+        raise ValidationError(
+            f"packed: expected a uint8, int8 or float8_e4m3fn tensor [..., {FP8_ROW_BYTES}] of "
+            f"FP8 KV rows; got {describe(packed)}", argument="packed")
+    raw = packed.view(torch.uint8)  # same item size: a free reinterpretation
+    lead = raw.shape[:-1]
+    codes = raw[..., :D_NOPE].contiguous().view(torch.float8_e4m3fn)
+    scales = raw[..., SCALES_AT:ROPE_AT].contiguous().view(torch.float32)  # [..., 4]
+    rope = raw[..., ROPE_AT:].contiguous().view(torch.bfloat16)             # [..., 64]
+    nope = codes.float().reshape(*lead, NUM_TILES, TILE) * scales.unsqueeze(-1)
+    out = torch.empty(*lead, D_QK, dtype=torch.bfloat16, device=packed.device)
+    out[..., :D_NOPE] = nope.reshape(*lead, D_NOPE)  # the bf16 cast happens in this copy
+    out[..., D_NOPE:] = rope
+    return out
+
+
+def _bytes_of(x: torch.Tensor) -> torch.Tensor:
+    """The little-endian bytes of x's last dim: [..., n] of itemsize k -> uint8 [..., n * k]."""
+    return x.contiguous().view(torch.uint8)

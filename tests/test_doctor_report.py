@@ -1,0 +1,73 @@
+"""doctor_report / render_doctor on this machine and with a stand-in flash_mla."""
+import json
+import sys
+
+import pytest
+import torch
+
+from kernels_bridge import BACKENDS, doctor_report, flashmla
+from kernels_bridge.doctor import render_doctor
+from tests import fake_flash_mla
+
+
+@pytest.fixture
+def without_flash_mla(monkeypatch):
+    flashmla.reset_probe()
+    monkeypatch.setattr(flashmla, "_probe", None)
+    monkeypatch.setitem(sys.modules, "flash_mla", None)
+    yield
+    flashmla.reset_probe()
+
+
+def test_report_without_flash_mla(without_flash_mla):
+    report = doctor_report()
+    json.loads(json.dumps(report))
+    assert report["torch"]["version"] == torch.__version__
+    assert report["torch"]["cuda_available"] == torch.cuda.is_available()
+    assert report["flash_mla"]["imports"] is False
+    assert "import of flash_mla halted" in report["flash_mla"]["error"]
+    assert report["flash_mla"]["usable"] is False and report["flash_mla"]["flavour"] is None
+    assert set(report["backends"]) == set(BACKENDS)
+    for choice in report["backends"].values():
+        assert choice["provider"] == "reference"
+        assert "flash_mla does not import" in choice["reason"]
+    text = render_doctor(report)
+    assert "flash_mla  does not import" in text
+    for backend in BACKENDS:
+        assert f"{backend}" in text and "reference: flash_mla does not import" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine without CUDA")
+def test_report_with_flash_mla_but_no_gpu(monkeypatch):
+    mod = fake_flash_mla.build("sgl-use-legacy")
+    monkeypatch.setitem(sys.modules, "flash_mla", mod)
+    flashmla.reset_probe()
+    monkeypatch.setattr(flashmla, "_probe", None)
+    report = doctor_report()
+    flashmla.reset_probe()
+    json.dumps(report)
+    assert report["device"] is None
+    assert report["flash_mla"]["imports"] is True and report["flash_mla"]["version"] == "1.0.0"
+    assert report["flash_mla"]["flavour"]["name"] == "sgl-use-legacy"
+    assert report["flash_mla"]["flavour"]["use_legacy"] is True
+    for choice in report["backends"].values():
+        assert choice["provider"] == "reference"
+        assert choice["reason"].startswith("CUDA is not available")
+    text = render_doctor(report)
+    assert "API flavour sgl-use-legacy" in text and "no CUDA device" in text
+
+
+def test_report_never_raises(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("driver exploded")
+    monkeypatch.setattr(flashmla, "flashmla_status", broken)
+    monkeypatch.setattr(flashmla, "unusable_reason", broken)
+    monkeypatch.setattr(torch.cuda, "is_available", broken)
+    report = doctor_report()
+    json.dumps(report)
+    assert "driver exploded" in report["flash_mla"]["probe_error"]
+    assert report["flash_mla"]["imports"] is None and report["flash_mla"]["usable"] is False
+    assert "driver exploded" in report["torch"]["error"]
+    for choice in report["backends"].values():
+        assert "driver exploded" in choice["error"]
+    assert "driver exploded" in render_doctor(report)

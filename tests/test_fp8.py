@@ -1,0 +1,197 @@
+"""The 656-byte FP8 KV row, checked at byte level against an independent encoder."""
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from kernels_bridge import FP8_ROW_BYTES, ValidationError, dequantize_kv_fp8, quantize_kv_fp8
+from kernels_bridge.fp8 import tile_scales
+from tests import bridge_oracle as oracle
+
+BF16_MAX = torch.finfo(torch.bfloat16).max
+
+
+def realistic_kv(rows: int, seed: int = 0) -> torch.Tensor:
+    """bf16 [rows, 576]: randn with per-channel magnitudes spanning several orders."""
+    gen = torch.Generator().manual_seed(seed)
+    channel = torch.exp(torch.randn(576, generator=gen) * 1.5)
+    return (torch.randn(rows, 576, generator=gen) * channel).to(torch.bfloat16)
+
+
+def scales_of(row: torch.Tensor):
+    return struct.unpack("<4f", bytes(row[512:528].tolist()))
+
+
+def test_row_size_and_layout():
+    assert FP8_ROW_BYTES == 656 == 512 + 16 + 128
+    kv = realistic_kv(6)
+    packed = quantize_kv_fp8(kv)
+    assert packed.dtype == torch.uint8 and packed.shape == (6, 656) and packed.is_contiguous()
+    for i in range(6):
+        values = kv[i].float().tolist()
+        # scales at 512..527 read as little-endian float32, one per 128-dim tile
+        want_scales = [max(abs(v) for v in values[t * 128:(t + 1) * 128]) for t in range(4)]
+        for got, amax in zip(scales_of(packed[i]), want_scales, strict=True):
+            assert got >= amax / 448 and (got < 2 * amax / 448 or got == 2.0 ** -13)
+        # RoPE bytes are the bf16 bytes of dims 512..575, untouched
+        rope = b"".join(struct.pack("<H", oracle.bf16_bits(v)) for v in values[512:])
+        assert bytes(packed[i, 528:].tolist()) == rope
+
+
+def test_bytes_match_independent_encoder():
+    kv = realistic_kv(5, seed=3)
+    kv[1, 128:256] = 0                        # an all-zero tile
+    kv[2, :5] = torch.tensor([1e-30, -3e-38, 1e-39, 0.0, -0.0])  # tiny and subnormal values
+    kv[3, 300] = 2.0 ** 100                   # one huge value flushes its tile's others to 0
+    packed = quantize_kv_fp8(kv)
+    for i in range(kv.shape[0]):
+        want = oracle.pack_row(kv[i].float().tolist())
+        got = bytes(packed[i].tolist())
+        assert got == want, f"row {i}: first differing byte {_first_diff(got, want)}"
+
+
+def test_every_bf16_amax_gets_the_smallest_power_of_two_scale():
+    # all positive finite bf16 values as a tile's amax
+    bits = torch.arange(1, 0x7F80, dtype=torch.int32).to(torch.int16)
+    amax = bits.view(torch.bfloat16)
+    tiles = torch.zeros(amax.numel(), 1, 128, dtype=torch.bfloat16)
+    tiles[:, 0, 7] = amax
+    got = tile_scales(tiles)[:, 0].double().numpy()
+    raw = np.maximum(amax.float().numpy() / np.float32(448), np.float32(1e-4)).astype(np.float64)
+    mant, exp = np.frexp(raw)
+    want = np.where(mant == 0.5, np.ldexp(1.0, exp - 1), np.ldexp(1.0, exp))
+    assert np.array_equal(got, want)
+
+
+def test_scales_are_powers_of_two_and_zero_tile_gets_2_pow_minus_13():
+    kv = realistic_kv(64, seed=5)
+    kv[7, 384:512] = 0
+    packed = quantize_kv_fp8(kv)
+    scales = packed[:, 512:528].contiguous().view(torch.float32)
+    mant, _ = np.frexp(scales.double().numpy())
+    assert np.all(mant == 0.5)
+    assert scales[7, 3].item() == 2.0 ** -13
+    assert torch.all(packed[7, 384:512] == 0)
+
+
+def test_round_trip_error_bound():
+    """|deq - x| <= max(2**-4 |x|, 2**-10 s): half an e4m3 ulp (3 mantissa bits) in the normal
+    range, half the subnormal spacing 2**-9 * s below it; the RoPE dims are exact."""
+    kv = realistic_kv(512, seed=11)
+    packed = quantize_kv_fp8(kv)
+    back = dequantize_kv_fp8(packed)
+    x, y = kv.double(), back.double()
+    scales = packed[:, 512:528].contiguous().view(torch.float32).double()
+    s = scales.repeat_interleave(128, dim=1)
+    err = (y[:, :512] - x[:, :512]).abs()
+    bound = torch.maximum(x[:, :512].abs() * 2.0 ** -4, s * 2.0 ** -10)
+    assert torch.all(err <= bound)
+    assert float((err / bound).max()) > 0.5        # the bound is tight, not vacuous
+    assert torch.equal(back[:, 512:], kv[:, 512:])  # RoPE untouched
+
+
+@pytest.mark.parametrize("magnitude", [2.0 ** 120, 1e20, 1.0, 1e-6, 1e-30, 1e-38])
+def test_extreme_magnitudes_round_trip_within_bound(magnitude):
+    kv = (realistic_kv(8, seed=17).float() / 8 * magnitude).to(torch.bfloat16)
+    back = dequantize_kv_fp8(quantize_kv_fp8(kv)).double()
+    x = kv.double()
+    scales = quantize_kv_fp8(kv)[:, 512:528].contiguous().view(torch.float32).double()
+    bound = torch.maximum(x[:, :512].abs() * 2.0 ** -4,
+                          scales.repeat_interleave(128, dim=1) * 2.0 ** -10)
+    assert torch.all(torch.isfinite(back))
+    assert torch.all((back[:, :512] - x[:, :512]).abs() <= bound)
+
+
+def test_bf16_max_overflows_on_dequantize_like_flashmla():
+    # amax ~ 2**128 gives s = 2**120 and a code of 256: 256 * 2**120 overflows to inf. FlashMLA's
+    # quantizer does the same; the largest value that survives is 240 * 2**120.
+    kv = torch.zeros(2, 576, dtype=torch.bfloat16)
+    kv[0, 0] = BF16_MAX
+    kv[1, 0] = 240 * 2.0 ** 120
+    back = dequantize_kv_fp8(quantize_kv_fp8(kv))
+    assert back[0, 0].item() == math.inf
+    assert back[1, 0].item() == 240 * 2.0 ** 120
+    assert torch.all(back[:, 1:] == 0)
+
+
+def test_subnormal_inputs_quantize_to_zero_codes():
+    tiny = torch.full((1, 576), 1e-39, dtype=torch.bfloat16)   # bf16 subnormal
+    packed = quantize_kv_fp8(tiny)
+    assert torch.all(packed[0, :512] == 0)
+    assert scales_of(packed[0]) == (2.0 ** -13,) * 4
+    assert torch.equal(dequantize_kv_fp8(packed)[0, 512:], tiny[0, 512:])
+
+
+@pytest.mark.parametrize("view", [torch.uint8, torch.int8, torch.float8_e4m3fn])
+def test_dequantize_accepts_byte_views(view):
+    kv = realistic_kv(10, seed=2)
+    packed = quantize_kv_fp8(kv)
+    assert torch.equal(dequantize_kv_fp8(packed.view(view)), dequantize_kv_fp8(packed))
+
+
+@pytest.mark.parametrize("lead", [(), (7,), (2, 3, 4), (3, 64, 1), (0,), (2, 0)])
+def test_any_leading_shape(lead):
+    n = int(np.prod(lead)) if lead else 1
+    kv = realistic_kv(max(n, 1), seed=4)[:n].reshape(*lead, 576)
+    packed = quantize_kv_fp8(kv)
+    assert packed.shape == (*lead, 656)
+    flat = quantize_kv_fp8(kv.reshape(-1, 576))
+    assert torch.equal(packed.reshape(-1, 656), flat)
+    back = dequantize_kv_fp8(packed)
+    assert back.shape == (*lead, 576) and back.dtype == torch.bfloat16
+    assert torch.equal(back.reshape(-1, 576), dequantize_kv_fp8(flat))
+
+
+def test_non_contiguous_inputs():
+    kv = realistic_kv(12, seed=8)
+    strided = torch.empty(12, 2, 576, dtype=torch.bfloat16)
+    strided[:, 1] = kv
+    view = strided[:, 1]
+    assert not view.is_contiguous()
+    assert torch.equal(quantize_kv_fp8(view), quantize_kv_fp8(kv))
+    packed = quantize_kv_fp8(kv)
+    holder = torch.zeros(12, 700, dtype=torch.uint8)
+    holder[:, :656] = packed
+    assert torch.equal(dequantize_kv_fp8(holder[:, :656]), dequantize_kv_fp8(packed))
+
+
+def test_dequantize_matches_independent_numpy_decoder():
+    kv = realistic_kv(40, seed=9)
+    packed = quantize_kv_fp8(kv)
+    want = oracle.dequantize_rows_np(packed.numpy())
+    assert np.array_equal(dequantize_kv_fp8(packed).double().numpy(), want)
+    values, scales = oracle.unpack_row(bytes(packed[0].tolist()))
+    assert values == dequantize_kv_fp8(packed)[0].double().tolist()
+    assert tuple(scales) == scales_of(packed[0])
+
+
+@pytest.mark.parametrize("bad,fragment", [
+    (torch.zeros(4, 512, dtype=torch.bfloat16), "shape (4, 512)"),
+    (torch.zeros(4, 576, dtype=torch.float32), "dtype torch.float32"),
+    (torch.zeros(4, 576, dtype=torch.float16), "dtype torch.float16"),
+    ([0.0] * 576, "a list"),
+])
+def test_quantize_rejects_bad_input(bad, fragment):
+    with pytest.raises(ValidationError) as info:
+        quantize_kv_fp8(bad)
+    assert info.value.argument == "kv"
+    assert fragment in str(info.value) and "576" in str(info.value)
+
+
+@pytest.mark.parametrize("bad,fragment", [
+    (torch.zeros(4, 655, dtype=torch.uint8), "shape (4, 655)"),
+    (torch.zeros(4, 656, dtype=torch.bfloat16), "dtype torch.bfloat16"),
+    (torch.zeros(4, 656, dtype=torch.int16), "dtype torch.int16"),
+])
+def test_dequantize_rejects_bad_input(bad, fragment):
+    with pytest.raises(ValidationError) as info:
+        dequantize_kv_fp8(bad)
+    assert info.value.argument == "packed"
+    assert fragment in str(info.value) and "656" in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def _first_diff(a: bytes, b: bytes):
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)

@@ -1,0 +1,290 @@
+"""The reference kernels against a float64 per-query oracle, with FlashMLA's tolerances."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bench.gpu_check import allclose_report, check
+from kernels_bridge import quantize_kv_fp8, reference, sparse_decode_fp8, sparse_prefill
+from tests import bridge_oracle as oracle
+
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+V32_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # DeepSeek-V3.2's softmax scale
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def make_q(shape, seed):
+    return torch.randn(*shape, 576, generator=gen(seed)).to(torch.bfloat16)
+
+
+def make_kv(rows, seed):
+    g = gen(seed)
+    channel = torch.exp(torch.randn(576, generator=g) * 0.5)
+    return (torch.randn(rows, 576, generator=g) * channel).to(torch.bfloat16)
+
+
+def prefill_indices(s_q, topk, s_kv, seed, lonely=(0,)):
+    """int32 [s_q, 1, topk]: mostly valid, with every kind of invalid entry and duplicates."""
+    g = gen(seed)
+    idx = torch.randint(0, s_kv, (s_q, topk), generator=g)
+    junk = torch.tensor([-1, -2, -1000, s_kv, s_kv + 7, INT32_MIN, INT32_MAX])
+    spots = torch.randint(0, topk, (s_q, 24), generator=g)
+    idx.scatter_(1, spots, junk[torch.randint(0, len(junk), (s_q, 24), generator=g)])
+    idx[:, topk // 2: topk // 2 + 5] = idx[:, :5]             # duplicates count twice
+    for i in lonely:
+        idx[i] = junk[torch.randint(0, len(junk), (topk,), generator=g)]
+    return idx.to(torch.int32).unsqueeze(1)
+
+
+def decode_indices(b, s_q, topk, rows, seed, lonely=True):
+    g = gen(seed)
+    idx = torch.randint(0, rows, (b, s_q, topk), generator=g)
+    idx[torch.rand(b, s_q, topk, generator=g) < 0.1] = -1
+    idx[..., -4:] = idx[..., :4]                             # duplicates
+    if lonely:
+        idx[0, -1] = -1                                      # a query with nothing to attend
+    return idx.to(torch.int32)
+
+
+def poison_unused(cache, indices):
+    """Fill every row no index names (row 0 included, which masked slots address) with 0xFF:
+    NaN codes and NaN scales."""
+    flat = cache.view(-1, 656)
+    used = torch.zeros(flat.shape[0], dtype=torch.bool)
+    used[indices[indices >= 0].long()] = True
+    flat[~used] = 0xFF
+    return cache
+
+
+def assert_close(name, ans, want):
+    report = check(name, ans, torch.as_tensor(want))
+    assert report["passed"], report
+
+
+# ---- prefill ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("h_q", [64, 128])
+@pytest.mark.parametrize("topk", [128, 512, 2048])
+def test_prefill_matches_oracle(h_q, topk):
+    s_q, s_kv = (3, 700) if topk < 2048 else (2, 2500)
+    q, kv = make_q((s_q, h_q), topk + h_q), make_kv(s_kv, topk).view(s_kv, 1, 576)
+    idx = prefill_indices(s_q, topk, s_kv, seed=h_q)
+    out, mx, lse = sparse_prefill(q, kv, idx, V32_SCALE)
+    want = oracle.prefill_oracle(q, kv, idx, V32_SCALE)
+    assert out.dtype == torch.bfloat16 and out.shape == (s_q, h_q, 512)
+    assert mx.dtype == lse.dtype == torch.float32 and lse.shape == (s_q, h_q)
+    assert_close("prefill_out", out, want[0])
+    assert_close("prefill_max_logits", mx, want[1])
+    assert_close("prefill_lse", lse, want[2])
+    # query 0 has no valid index: out 0, lse +inf, max_logits -inf
+    assert torch.all(out[0] == 0)
+    assert torch.all(lse[0] == math.inf) and torch.all(mx[0] == -math.inf)
+    assert torch.all(torch.isfinite(lse[1:]))
+
+
+def test_prefill_attn_sink_including_infinities():
+    s_q, h_q, topk, s_kv = 3, 64, 256, 600
+    q, kv = make_q((s_q, h_q), 1), make_kv(s_kv, 2).view(s_kv, 1, 576)
+    idx = prefill_indices(s_q, topk, s_kv, seed=3)
+    sink = torch.randn(h_q, generator=gen(4)) * 3
+    sink[0], sink[1] = math.inf, -math.inf
+    out, mx, lse = sparse_prefill(q, kv, idx, V32_SCALE, attn_sink=sink)
+    plain = sparse_prefill(q, kv, idx, V32_SCALE)
+    with np.errstate(over="ignore"):
+        want = oracle.prefill_oracle(q, kv, idx, V32_SCALE, attn_sink=sink)
+    assert_close("prefill_out", out, want[0])
+    assert torch.equal(lse, plain[2]) and torch.equal(mx, plain[1])   # sink leaves them alone
+    assert torch.all(out[1:, 0] == 0)                                  # +inf sink zeroes a head
+    assert torch.equal(out[:, 1], plain[0][:, 1])                      # -inf sink: no effect
+    assert torch.all(out[0] == 0)
+
+
+def test_prefill_topk_length():
+    s_q, h_q, topk, s_kv = 5, 128, 384, 900
+    q, kv = make_q((s_q, h_q), 5), make_kv(s_kv, 6).view(s_kv, 1, 576)
+    idx = prefill_indices(s_q, topk, s_kv, seed=7, lonely=())
+    lengths = torch.tensor([0, topk, 1, 200, 383], dtype=torch.int32)
+    out, mx, lse = sparse_prefill(q, kv, idx, V32_SCALE, topk_length=lengths)
+    want = oracle.prefill_oracle(q, kv, idx, V32_SCALE, topk_length=lengths)
+    assert_close("prefill_out", out, want[0])
+    assert_close("prefill_lse", lse, want[2])
+    assert_close("prefill_max_logits", mx, want[1])
+    assert torch.all(lse[0] == math.inf) and torch.all(out[0] == 0)
+
+
+def test_prefill_never_reads_unused_rows():
+    s_q, h_q, topk, s_kv = 3, 64, 128, 400
+    q, kv = make_q((s_q, h_q), 8), make_kv(s_kv, 9).view(s_kv, 1, 576)
+    idx = prefill_indices(s_q, topk, s_kv, seed=10)
+    idx[idx == 0] = 1                       # row 0 unused: masked slots must not leak it
+    want = oracle.prefill_oracle(q, kv, idx, V32_SCALE)
+    used = torch.zeros(s_kv, dtype=torch.bool)
+    flat = idx.flatten().long()
+    used[flat[(flat >= 0) & (flat < s_kv)]] = True
+    poisoned = kv.clone()
+    poisoned[~used] = math.nan
+    out, mx, lse = sparse_prefill(q, poisoned, idx, V32_SCALE)
+    assert torch.all(torch.isfinite(out)) and torch.all(torch.isfinite(mx[1:]))
+    assert_close("prefill_out", out, want[0])
+    assert_close("prefill_lse", lse, want[2])
+
+
+def test_chunks_and_query_blocks_agree(monkeypatch):
+    s_q, h_q, topk, s_kv = 4, 64, 1024, 2000
+    q, kv = make_q((s_q, h_q), 11), make_kv(s_kv, 12).view(s_kv, 1, 576)
+    idx = prefill_indices(s_q, topk, s_kv, seed=13)
+    whole = sparse_prefill(q, kv, idx, V32_SCALE, chunk=topk)
+    small = sparse_prefill(q, kv, idx, V32_SCALE, chunk=64)
+    monkeypatch.setattr(reference, "WORKSPACE_BYTES", 1)     # one query per block
+    single = sparse_prefill(q, kv, idx, V32_SCALE, chunk=100)
+    for other in (small, single):
+        assert allclose_report("out", other[0], whole[0], 1e-3, 1 / 128, 1e-6)["passed"]
+        assert torch.equal(other[1], whole[1])                 # the max is order-independent
+        assert allclose_report("lse", other[2], whole[2], 1e-5, 1e-6)["passed"]
+
+
+def test_query_block_size_bounds_scratch():
+    per_query = 4 * (512 * 576 + 2 * 128 * 512 + 128 * (576 + 2 * 512))
+    assert reference._query_block(128, 512) == reference.WORKSPACE_BYTES // per_query
+    assert reference._query_block(128, 512) * per_query <= reference.WORKSPACE_BYTES
+
+
+# ---- decode -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("h_q", [64, 128])
+@pytest.mark.parametrize("topk,block_size", [(64, 64), (576, 61), (2048, 64)])
+def test_decode_matches_oracle(h_q, topk, block_size):
+    b, s_q = 2, 2
+    num_blocks = math.ceil(3 * topk / block_size)
+    rows = num_blocks * block_size
+    cache = quantize_kv_fp8(make_kv(rows, topk)).view(num_blocks, block_size, 1, 656)
+    q = make_q((b, s_q, h_q), h_q + topk)
+    idx = decode_indices(b, s_q, topk, rows, seed=topk)
+    want = oracle.decode_oracle(q, cache, idx)
+    poison_unused(cache, idx)
+    out, lse = sparse_decode_fp8(q, cache, idx)
+    assert out.shape == (b, s_q, h_q, 512) and out.dtype == torch.bfloat16
+    assert lse.shape == (b, h_q, s_q) and lse.dtype == torch.float32
+    assert_close("decode_out", out, want[0])
+    assert_close("decode_lse", lse, want[1])
+    assert torch.all(out[0, -1] == 0) and torch.all(lse[0, :, -1] == math.inf)
+    assert torch.all(torch.isfinite(out))
+
+
+def test_decode_attn_sink():
+    b, s_q, h_q, topk, bs = 2, 1, 128, 128, 64
+    cache = quantize_kv_fp8(make_kv(8 * bs, 20)).view(8, bs, 1, 656)
+    q = make_q((b, s_q, h_q), 21)
+    idx = decode_indices(b, s_q, topk, 8 * bs, seed=22)
+    sink = torch.randn(h_q, generator=gen(23)) * 2
+    sink[5] = math.inf
+    out, lse = sparse_decode_fp8(q, cache, idx, attn_sink=sink)
+    with np.errstate(over="ignore"):
+        want = oracle.decode_oracle(q, cache, idx, attn_sink=sink)
+    assert_close("decode_out", out, want[0])
+    assert_close("decode_lse", lse, want[1])
+    assert torch.all(out[1, 0, 5] == 0)
+
+
+def test_decode_only_dequantizes_picked_rows(monkeypatch):
+    b, s_q, h_q, topk, bs = 2, 1, 64, 128, 64
+    cache = quantize_kv_fp8(make_kv(64 * bs, 30)).view(64, bs, 1, 656)
+    q = make_q((b, s_q, h_q), 31)
+    idx = decode_indices(b, s_q, topk, 64 * bs, seed=32, lonely=False)
+    seen = []
+    real = reference.dequantize_kv_fp8
+    monkeypatch.setattr(reference, "dequantize_kv_fp8",
+                        lambda rows: seen.append(rows.shape[0]) or real(rows))
+    sparse_decode_fp8(q, cache, idx)
+    assert sum(seen) == b * s_q * topk < 64 * bs
+
+
+@pytest.mark.parametrize("view", [torch.int8, torch.float8_e4m3fn])
+def test_decode_cache_views_and_padded_blocks(view):
+    b, s_q, h_q, topk, bs, nb = 1, 2, 64, 128, 32, 12
+    cache = quantize_kv_fp8(make_kv(nb * bs, 40)).view(nb, bs, 1, 656)
+    q = make_q((b, s_q, h_q), 41)
+    idx = decode_indices(b, s_q, topk, nb * bs, seed=42)
+    base = sparse_decode_fp8(q, cache, idx)
+    viewed = sparse_decode_fp8(q, cache.view(view), idx)
+    padded_store = torch.full((nb, bs + 3, 1, 656), 0xFF, dtype=torch.uint8)
+    padded_store[:, :bs] = cache
+    padded = padded_store[:, :bs]                   # block stride (bs + 3) * 656 bytes
+    assert not padded.is_contiguous()
+    strided = sparse_decode_fp8(q, padded, idx)
+    for other in (viewed, strided):
+        assert torch.equal(other[0], base[0]) and torch.equal(other[1], base[1])
+
+
+def test_decode_default_scale_is_one_over_sqrt_576():
+    cache = quantize_kv_fp8(make_kv(4 * 64, 50)).view(4, 64, 1, 656)
+    q = make_q((1, 1, 64), 51)
+    idx = decode_indices(1, 1, 64, 256, seed=52, lonely=False)
+    default = sparse_decode_fp8(q, cache, idx)
+    explicit = sparse_decode_fp8(q, cache, idx, softmax_scale=576 ** -0.5)
+    other = sparse_decode_fp8(q, cache, idx, softmax_scale=0.1)
+    assert torch.equal(default[0], explicit[0]) and torch.equal(default[1], explicit[1])
+    assert not torch.equal(default[1], other[1])
+
+
+def test_decode_lse_is_flashmla_transposed_view():
+    cache = quantize_kv_fp8(make_kv(2 * 64, 60)).view(2, 64, 1, 656)
+    q = make_q((3, 2, 64), 61)
+    _, lse = sparse_decode_fp8(q, cache, decode_indices(3, 2, 64, 128, seed=62))
+    assert lse.shape == (3, 64, 2) and lse.stride() == (128, 1, 64)
+
+
+def test_empty_batches_give_empty_outputs():
+    kv = make_kv(10, 70).view(10, 1, 576)
+    out, mx, lse = sparse_prefill(torch.empty(0, 64, 576, dtype=torch.bfloat16), kv,
+                                  torch.empty(0, 1, 128, dtype=torch.int32), 0.1)
+    assert out.shape == (0, 64, 512) and mx.shape == lse.shape == (0, 64)
+    cache = quantize_kv_fp8(make_kv(64, 71)).view(1, 64, 1, 656)
+    for b, s_q in ((0, 1), (2, 0)):
+        out, lse = sparse_decode_fp8(torch.empty(b, s_q, 128, 576, dtype=torch.bfloat16), cache,
+                                     torch.empty(b, s_q, 64, dtype=torch.int32))
+        assert out.shape == (b, s_q, 128, 512) and lse.shape == (b, 128, s_q)
+
+
+# ---- FP8 vs BF16 accuracy ---------------------------------------------------------------------
+
+def fp8_vs_bf16_figures(q_scale, seed=0, b=4, h_q=128, topk=2048, rows=8192):
+    """Decode over the FP8 cache vs prefill over the same BF16 rows, same picked tokens.
+
+    kv: randn with per-channel magnitudes exp(N(0, 0.5)); q: randn * q_scale; DeepSeek-V3.2's
+    softmax scale. Returns a dict: logit_std (of the BF16 logits: how peaked attention is),
+    cosine similarity of the outputs, max |err| / max |ref|, max |lse difference|.
+    """
+    kv = make_kv(rows, seed)
+    q = (torch.randn(b, 1, h_q, 576, generator=gen(seed + 1)) * q_scale).to(torch.bfloat16)
+    idx = decode_indices(b, 1, topk, rows, seed=seed + 2, lonely=False)
+    cache = quantize_kv_fp8(kv).view(rows // 64, 64, 1, 656)
+    fp8_out, fp8_lse = sparse_decode_fp8(q, cache, idx, softmax_scale=V32_SCALE)
+    bf16_out, _, bf16_lse = sparse_prefill(q.view(b, h_q, 576), kv.view(rows, 1, 576),
+                                           idx.view(b, 1, topk), V32_SCALE)
+    logits = torch.einsum("bhd,bkd->bhk", q.view(b, h_q, 576).float(),
+                          kv[idx.view(b, topk).long()].float()) * V32_SCALE
+    a, r = fp8_out.view(b, h_q, 512).double(), bf16_out.double()
+    return {
+        "logit_std": float(logits.std()),
+        "cosine": float((a * r).sum() / (a.norm() * r.norm())),
+        "max_err_over_peak": float((a - r).abs().max()) / float(r.abs().max()),
+        "max_lse_diff": float((fp8_lse.view(b, h_q) - bf16_lse).abs().max()),
+    }
+
+
+@pytest.mark.parametrize("q_scale,min_cos,max_err,max_lse", [
+    (0.25, 0.9995, 0.05, 0.03),   # logits std ~1: diffuse attention
+    (1.0, 0.995, 0.3, 1.0),       # logits std ~4: sharply peaked attention
+])
+def test_fp8_decode_close_to_bf16_on_realistic_inputs(q_scale, min_cos, max_err, max_lse):
+    fig = fp8_vs_bf16_figures(q_scale)
+    print(f"FP8 vs BF16 (h_q 128, top-k 2048, q scale {q_scale}): " +
+          ", ".join(f"{k} {v:.5f}" for k, v in fig.items()))
+    assert fig["cosine"] > min_cos
+    assert 0 < fig["max_err_over_peak"] < max_err
+    assert 0 < fig["max_lse_diff"] < max_lse
