@@ -353,6 +353,26 @@ def cmd_replay(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
+def cmd_doctor(argv) -> int:
+    parser = _Parser(prog="hisparse doctor",
+                     description="What the kernel bridge can run here: torch, CUDA, the device, flash_mla "
+                                 "(and why not), and which provider each backend uses.")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    ns = parser.parse_args(argv)
+    try:
+        from kernels_bridge.doctor import doctor_report, render_doctor  # imports torch: only here
+    except ImportError as exc:
+        print(f"hisparse doctor: the kernel bridge needs torch ({exc}); install it with "
+              "`pip install torch==2.13.0` (CPU) or a CUDA build", file=sys.stderr)
+        return ERROR
+    report = doctor_report()
+    if ns.format == "json":
+        _emit_json(report)
+    else:
+        print(render_doctor(report))
+    return OK
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -361,6 +381,7 @@ COMMANDS = {
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "doctor": (cmd_doctor, "what the kernel bridge can run here, and why"),
 }
 
 

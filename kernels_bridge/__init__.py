@@ -23,8 +23,13 @@ _EXPORTS = {
     "run_backend": "dispatch",
     "attend": "dispatch",
     "BACKENDS": "dispatch",
+    "PROVIDERS": "dispatch",
+    "AttentionResult": "dispatch",
+    "select_provider": "dispatch",
+    "cache_dtype_of": "dispatch",
     "flashmla_status": "flashmla",
     "doctor_report": "doctor",
+    "render_doctor": "doctor",
     "HotBuffer": "hot_buffer",
 }
 

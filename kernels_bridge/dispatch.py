@@ -14,10 +14,11 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from . import flashmla, reference
-from .errors import ProviderUnavailable, ValidationError, describe
+from .errors import ProviderUnavailable, RoutingRejected, ValidationError, describe
 from .validate import D_V, check_d_v, check_decode, check_prefill
 
-__all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "run_backend", "select_provider"]
+__all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
+           "select_provider"]
 
 BACKENDS = ("flashmla_sparse", "flashmla_kv")
 PROVIDERS = ("auto", "reference", "flashmla")
@@ -138,3 +139,68 @@ def _check_choice(what: str, value, choices, phrase: str) -> None:
             hint = f"; did you mean {close[0]!r}?"
     raise ValidationError(f"{what}: unknown {what} {value!r}; {phrase} "
                           f"{', '.join(repr(c) for c in choices)}{hint}", argument=what)
+
+
+# -- by the policy's decision -------------------------------------------------------------------
+def cache_dtype_of(kv_cache: torch.Tensor) -> Optional[str]:
+    """The KV cache dtype a tensor's rows hold: "fp8_e4m3" for 656-byte FP8 rows, "bfloat16" for
+    576-wide BF16 rows, None for anything else (validation then names what is wrong)."""
+    if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() == 0:
+        return None
+    last = kv_cache.shape[-1]
+    if kv_cache.dtype in (torch.uint8, torch.int8, torch.float8_e4m3fn) and last == 656:
+        return "fp8_e4m3"
+    if kv_cache.dtype == torch.bfloat16 and last == 576:
+        return "bfloat16"
+    return None
+
+
+def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+           phase: str = "decode", policy=None, **kwargs) -> AttentionResult:
+    """Run the backend the routing policy chose for `phase`.
+
+    `decision_or_config` is an engine Decision, or a config mapping evaluated with `policy`
+    (default: the shipped default policy). A config that does not say `kv_cache_dtype` takes it
+    from the cache's rows (656-byte FP8 rows -> fp8_e4m3, BF16 rows -> bfloat16), so the policy
+    sees the pairing that would really run: BF16 rows with flashmla_kv under HiSparse fail here,
+    with the policy's message, before any work. Other keyword arguments go to run_backend.
+
+    Raises RoutingRejected (the policy rejects the config; `.decision` has every violation),
+    ValidationError (the rows disagree with the decided dtype, a phase the policy does not have,
+    a backend the bridge cannot run, or a bad tensor)."""
+    import engine
+
+    if isinstance(decision_or_config, engine.Decision):
+        decision = decision_or_config
+    else:
+        pol = engine.load_policy(policy or _default_policy())
+        config = pol.normalize(decision_or_config)
+        rows = cache_dtype_of(kv_cache)
+        if "kv_cache_dtype" in pol.inputs and "kv_cache_dtype" not in config and rows is not None:
+            config["kv_cache_dtype"] = rows
+        decision = pol.evaluate(config)
+    if not decision.ok:
+        raise RoutingRejected(decision.error, decision)
+    backends = decision.backends
+    if phase not in backends:
+        raise ValidationError(f"phase: the policy has no phase {phase!r}; its phases are "
+                              f"{', '.join(repr(p) for p in backends)}", argument="phase")
+    backend = backends[phase]
+    if backend is None:
+        raise RoutingRejected(f"the policy chose no {phase} backend for this config (sources: "
+                              f"{decision.sources}); is it a DSA model?", decision)
+    if backend not in BACKENDS:
+        raise ValidationError(f"backend: the policy chose {backend!r} for {phase}; the bridge runs "
+                              f"{', '.join(repr(b) for b in BACKENDS)}", argument="backend")
+    decided = decision.config.get("kv_cache_dtype")
+    rows = cache_dtype_of(kv_cache)
+    if decided is not None and rows is not None and decided != rows:
+        raise ValidationError(f"kv_cache: holds {rows} rows ({describe(kv_cache)}) but the policy decided "
+                              f"for a {decided} KV cache", argument="kv_cache")
+    return run_backend(backend, q, kv_cache, indices, **kwargs)
+
+
+def _default_policy() -> str:
+    from engine.paths import default_policy_ref
+
+    return default_policy_ref()
