@@ -94,7 +94,8 @@ class Builder:
                 values = tuple(spec["values"])
             inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
-                            tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path)
+                            tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
+                            self._deprecated(spec, path))
             if kind == "int":
                 for i, v in enumerate(values):
                     if not inp.accepts(v):
@@ -125,12 +126,25 @@ class Builder:
             p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path)
             p.inputs[key] = InputSpec(key, "enum", backends, None, True, None, None,
                                       f"{name} backend (unset: chosen by the defaults stage)",
-                                      flags, name, path)
+                                      flags, name, path, self._deprecated(spec, path))
+
+    def _deprecated(self, spec: dict, path: tuple) -> dict:
+        """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
+        out = {}
+        for flag, text in (spec.get("deprecated_flags") or {}).items():
+            tpl = self.template(text, path + ("deprecated_flags", flag), {})
+            if tpl is not None:
+                out[flag] = tpl.render({})
+        return out
 
     def _flags(self):
         seen: dict[str, str] = {}
         for inp in self.parts.inputs.values():
-            for i, flag in enumerate(inp.flags):
+            for flag in inp.deprecated:
+                if flag in inp.flags:
+                    self.problem("E307", f"flag {flag} is listed both as a flag and as deprecated",
+                                 inp.path + ("deprecated_flags", flag), key=True)
+            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated)):
                 if flag in RESERVED_FLAGS or flag.startswith("--no-"):
                     self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
                                  "(--no-X is generated for boolean inputs)",

@@ -67,6 +67,13 @@ def add_input_flags(parser, policy):
             default = "unset" if spec.default is None else spec.default
             group.add_argument(*spec.flags, dest=name, type=kind, default=None, metavar=metavar,
                                help=f"{help_text} [{domain}; default {default}]")
+        for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
+                                   default=None, help=f"deprecated spelling of {spec.flag}")
+            else:
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=int if spec.type == "int" else str,
+                                   default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
 
 
 def split_launch(argv):
@@ -79,7 +86,11 @@ def split_launch(argv):
 
 def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
     """The launch command after `--` (if any), then --config FILE (lenient: unrelated SGLang keys
-    are ignored, with a note), then flags: later sources win."""
+    are ignored, with a note), then flags: later sources win. Keys keep the spelling they were
+    given in (a deprecated flag is logged when the config is evaluated); each source is
+    validated as it is read, so errors name the file, line or flag."""
+    from .config import merge_config
+
     config: dict = {}
     if launch is not None:
         from .sglang import config_from_launch
@@ -91,18 +102,22 @@ def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
         from .config import load_config_file
 
         from_file, ignored = load_config_file(policy, config_file)
-        config.update(from_file)
+        config = merge_config(policy, config, from_file)
         if ignored:
             shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
             print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
                   file=sys.stderr)
     flags = {}
     for name, spec in policy.inputs.items():
+        for i, flag in enumerate(spec.deprecated):
+            value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                flags[flag[2:]] = value
         value = getattr(ns, name, None)
         if value is not None:
             flags[spec.flag[2:]] = value  # spelled as the flag, so errors name what was typed
-    config.update(policy.normalize(flags))
-    return config
+    policy.normalize(flags)
+    return merge_config(policy, config, flags)
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -203,9 +218,9 @@ def _batch_line(policy, base, line: str, number: int, source: str):
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
     try:
-        config = dict(base)
-        config.update(policy.normalize(obj))
-        d = policy.evaluate(config)
+        from .config import merge_config
+
+        d = policy.evaluate(merge_config(policy, base, obj))
     except ConfigError as exc:
         return bad(exc.problems)
     out = d.to_dict()
@@ -277,6 +292,8 @@ def cmd_diff(argv) -> int:
     add_policy_options(parser, with_ref=False)
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+                        help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from .diff import diff, diff_text
     from .loader import load_policy
@@ -285,7 +302,7 @@ def cmd_diff(argv) -> int:
     if ns.format == "json":
         _emit_json(result)
     else:
-        print(diff_text(result, markdown=ns.format == "markdown"))
+        print(diff_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
     return OK if result["equivalent"] else VIOLATION
 
 

@@ -32,8 +32,10 @@ class _Emitter:
         return name
 
 
-def compile_policy(policy) -> tuple[str, dict]:
-    """Python source of `_evaluate(cfg)` for `policy`, and the constants it refers to."""
+def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
+    """Python source of `_evaluate(cfg)` for `policy`, and the constants it refers to. With
+    `probe`, `_probe(cfg, held, chosen)` instead: the same evaluation, also counting which rule
+    conditions held and which default was chosen (for the whole-domain lint)."""
     e = _Emitter()
     inputs = policy.inputs
     var = {name: f"v_{name}" for name in inputs}  # condition names -> expressions
@@ -46,8 +48,10 @@ def compile_policy(policy) -> tuple[str, dict]:
     for ph, spec in policy.phases.items():
         tpl[ph] = var[spec.input]
 
+    e.emit("given = cfg")
+    e.emit("pre = None")
     e.emit("if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
-    e.emit("    cfg = _normalize(cfg)")
+    e.emit("    cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
     e.emit("get = cfg.get")
     for name, spec in inputs.items():
         v = var[name]
@@ -58,12 +62,16 @@ def compile_policy(policy) -> tuple[str, dict]:
     for ph, spec in policy.phases.items():
         e.emit(f"u_{ph} = {var[spec.input]} is not None")
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
-    e.emit("log = []")
+    e.emit("log = pre or []")
     e.emit("viol = []")
 
     result = ("_Decision(_policy, (" + "".join(f"{var[n]}, " for n in inputs) + "), ("
-              + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, cfg)")
+              + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, given)")
     index = {id(r): i for i, r in enumerate(policy.rule_list)}
+
+    def count(rule, what="held"):
+        if probe:
+            e.emit(f"{what}[{index[id(rule)]}] += 1")
 
     # resolve: rewrite inputs, log, stop on a failed requirement
     st = policy.stages["resolve"]
@@ -71,6 +79,7 @@ def compile_policy(policy) -> tuple[str, dict]:
         for rule in st.rules:
             e.emit(f"# resolve {rule.name} (line {rule.line})")
             with _block(e, rule.when, var):
+                count(rule)
                 if rule.require is not None:
                     e.emit(f"if not {rule.require.py(var)}:")
                     e.emit(f"    viol.append(({index[id(rule)]}, None, {rule.message.fstring(tpl)}))")
@@ -88,11 +97,16 @@ def compile_policy(policy) -> tuple[str, dict]:
     # defaults: the first matching rule fills each unset phase
     st = policy.stages["defaults"]
     with _block(e, st.when, var):
+        if probe:  # every default whose condition holds, chosen or not
+            for rule in st.rules:
+                e.emit(f"if {rule.when.py(var)}:")
+                e.emit(f"    held[{index[id(rule)]}] += 1")
         for i, rule in enumerate(st.rules):
             head = "else" if isinstance(rule.when, TrueCond) and i else ("if" if i == 0 else "elif")
             test = "" if head == "else" else " " + rule.when.py(var)
             e.emit(f"{head}{test}:  # default {rule.name} (line {rule.line})")
             e.depth += 1
+            count(rule, "chosen")
             for ph, backend in rule.set.items():
                 v = var[policy.phases[ph].input]
                 e.emit(f"if {v} is None:")
@@ -111,12 +125,13 @@ def compile_policy(policy) -> tuple[str, dict]:
                 for ph, spec in policy.phases.items():
                     pvar = dict(var, backend=var[spec.input], phase=repr(ph))
                     ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
-                    _check(e, rule, index[id(rule)], pvar, ptpl, ph)
+                    _check(e, rule, index[id(rule)], pvar, ptpl, ph, probe)
             else:
-                _check(e, rule, index[id(rule)], var, tpl, None)
+                _check(e, rule, index[id(rule)], var, tpl, None, probe)
     e.emit(f"return {result}")
 
-    source = "def _evaluate(cfg):\n" + "\n".join(e.lines) + "\n"
+    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg):\n"
+    source = head + "\n".join(e.lines) + "\n"
     return source, e.consts
 
 
@@ -141,8 +156,11 @@ class _block:
         return False
 
 
-def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str | None) -> None:
+def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str | None,
+           probe: bool = False) -> None:
     with _block(e, rule.when, var):
+        if probe:
+            e.emit(f"held[{idx}] += 1")
         if rule.require is not None:
             e.emit(f"if not {rule.require.py(var)}:")
             e.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(tpl)}))")

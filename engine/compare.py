@@ -173,14 +173,14 @@ def cube_terms(cube: tuple, names: list, domains: list[list]) -> list[tuple[str,
     return terms
 
 
-def cube_text(cube: tuple, names: list, domains: list[list]) -> str:
+def cube_text(cube: tuple, names: list, domains: list[list], empty: str = "(every config)") -> str:
     parts = []
     for name, values, op in cube_terms(cube, names, domains):
         if op in ("=", "!="):
             parts.append(f"{name}{op}{_show(values[0])}")
         else:
             parts.append(f"{name} {op} [{', '.join(_show(v) for v in values)}]")
-    return " ".join(parts) or "(every config)"
+    return " ".join(parts) or empty
 
 
 def cube_json(cube: tuple, names: list, domains: list[list]) -> dict:

@@ -23,6 +23,28 @@ def read_config_file(path: str) -> Document:
 
 
 def load_config_file(policy, path: str) -> tuple[dict, list[str]]:
-    """(canonical config, keys ignored as unrelated to the policy) from an SGLang config file."""
+    """(config, keys ignored as unrelated to the policy) from an SGLang config file. The config
+    keeps the file's spellings (validated); SGLang's JSON-valued options (--hisparse-config)
+    are expanded into the inputs they carry."""
+    from .sglang import expand_json_options
+
     doc = read_config_file(path)
-    return policy.normalize_lenient(doc.data, file=path, doc=doc)
+    data, problems = expand_json_options(policy, doc.data, path)
+    if problems:
+        raise ConfigError(problems)
+    _, ignored = policy.normalize_lenient(data, file=path, doc=doc)
+    kept = {k: v for k, v in data.items() if policy.canonical_key(k) is not None}
+    return kept, ignored
+
+
+def merge_config(policy, base: dict, extra: dict) -> dict:
+    """`base` updated with `extra`, where a key of `extra` replaces every spelling of the same
+    input in `base` (kv-cache-dtype replaces kv_cache_dtype)."""
+    out = dict(base)
+    for key, value in extra.items():
+        name = policy.canonical_key(key)
+        if name is not None:  # an unknown key is left for evaluation to report
+            for old in [k for k in out if policy.canonical_key(k) == name]:
+                del out[old]
+        out[key] = value
+    return out

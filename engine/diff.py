@@ -54,11 +54,20 @@ def _eq(x, y) -> bool:
     return x == y and type(x) is type(y)
 
 
-def _outcome(policy, config):
-    try:
-        return outcome_of(policy.evaluate(config))
-    except ConfigError as exc:
-        return outcome_of_error(exc)
+def _invalid_values(policy, axes, side: str) -> dict:
+    """(axis index, value) -> the config-error outcome of giving `policy` that value, for the
+    values of the union domain the policy does not accept; computed once per value, not per
+    config."""
+    out = {}
+    for i, ax in enumerate(axes):
+        name = ax.a_name if side == "a" else ax.b_name
+        if name is None:
+            continue
+        spec = policy.inputs[name]
+        for v in ax.values:
+            if not spec.accepts(v):
+                out[(i, v)] = outcome_of_error(ConfigError([policy._value_problem(spec, name, v, "")]))
+    return out
 
 
 def diff(a, b, max_examples: int = 3) -> dict:
@@ -71,19 +80,21 @@ def diff(a, b, max_examples: int = 3) -> dict:
     total = 0
     a_eval, b_eval = a.evaluate, b.evaluate
     same_shape = a.input_names == b.input_names and a.phase_names == b.phase_names
+    bad_a, bad_b = _invalid_values(a, axes, "a"), _invalid_values(b, axes, "b")
+    a_checks = [(i, v) for (i, v) in bad_a]
+    b_checks = [(i, v) for (i, v) in bad_b]
     for combo in itertools.product(*(ax.values for ax in axes)):
         total += 1
-        cfg_a = {name: combo[i] for i, name in a_axes}
-        cfg_b = {name: combo[i] for i, name in b_axes}
-        try:
-            da = a_eval(cfg_a)
-            db = b_eval(cfg_b)
-            # the common case first: identical outcomes without building comparison objects
-            if same_shape and not da._raw and not db._raw and da._values == db._values and da.log == db.log:
-                continue
-            oa, ob = outcome_of(da), outcome_of(db)
-        except ConfigError:
-            oa, ob = _outcome(a, cfg_a), _outcome(b, cfg_b)
+        ea = next((bad_a[k] for k in a_checks if _eq(combo[k[0]], k[1])), None) if a_checks else None
+        eb = next((bad_b[k] for k in b_checks if _eq(combo[k[0]], k[1])), None) if b_checks else None
+        da = a_eval({name: combo[i] for i, name in a_axes}) if ea is None else None
+        db = b_eval({name: combo[i] for i, name in b_axes}) if eb is None else None
+        # the common case first: identical outcomes without building comparison objects
+        if same_shape and da is not None and db is not None and not da._raw and not db._raw \
+                and da._values == db._values and da.log == db.log:
+            continue
+        oa = ea if da is None else outcome_of(da)
+        ob = eb if db is None else outcome_of(db)
         cls, key = classify(oa, ob)
         if cls is None:
             continue
@@ -95,7 +106,13 @@ def diff(a, b, max_examples: int = 3) -> dict:
     names = [ax.name for ax in axes]
     domains = [ax.values for ax in axes]
     groups = []
-    for (cls, key), entry in sorted(grouped.items(), key=lambda kv: (CLASSES.index(kv[0][0]), -len(kv[1]["points"]))):
+    def order(item):
+        (cls, key), entry = item
+        # rule changes first, changes that come from a value one side does not accept last
+        domain_only = any(isinstance(k, str) and k[:1] == "C" and k[1:].isdigit() for k in key)
+        return (CLASSES.index(cls), domain_only, -len(entry["points"]))
+
+    for (cls, key), entry in sorted(grouped.items(), key=order):
         cubes = minimize(entry["points"], domains)
         combo, oa, ob = entry["examples"][0]
         common, rests = factor(cubes, domains)
@@ -104,19 +121,46 @@ def diff(a, b, max_examples: int = 3) -> dict:
             "change": describe(cls, key),
             "count": len(entry["points"]),
             "patterns": [cube_json(c, names, domains) for c in cubes],
-            "where": cube_text(common, names, domains) if len(cubes) > 1 else "",
+            "where": cube_text(common, names, domains, empty="") if len(cubes) > 1 else "",
             "text": [cube_text(c, names, domains) for c in (rests if len(cubes) > 1 else cubes)],
             "example": _example(names, combo, oa, ob),
         })
     examples = [g["example"] for g in groups]
     return {
         "a": a.identity(), "b": b.identity(),
+        "domain": domain_changes(a, b, axes),
         "equivalent": not any(counts.values()),
         "total": total,
         "counts": counts,
         "groups": groups,
         "examples": examples,
     }
+
+
+def domain_changes(a, b, axes) -> dict:
+    """What each policy accepts that the other does not: inputs and values."""
+    out = {"inputs_added": [ax.name for ax in axes if ax.a_name is None],
+           "inputs_removed": [ax.name for ax in axes if ax.b_name is None], "values": {}}
+    for ax in axes:
+        if ax.a_name is None or ax.b_name is None:
+            continue
+        sa, sb = a.inputs[ax.a_name], b.inputs[ax.b_name]
+        added = [v for v in ax.values if sb.accepts(v) and not sa.accepts(v)]
+        removed = [v for v in ax.values if sa.accepts(v) and not sb.accepts(v)]
+        if added or removed:
+            out["values"][ax.name] = {"added": added, "removed": removed}
+    return out
+
+
+def _domain_text(d: dict) -> str:
+    parts = []
+    for name, ch in d["values"].items():
+        parts.append(f"{name} " + " ".join([f"+{v}" for v in ch["added"]] + [f"-{v}" for v in ch["removed"]]))
+    if d["inputs_added"]:
+        parts.append("new inputs " + ", ".join(d["inputs_added"]))
+    if d["inputs_removed"]:
+        parts.append("inputs removed " + ", ".join(d["inputs_removed"]))
+    return "; ".join(parts)
 
 
 def _example(names, combo, oa, ob) -> dict:
@@ -132,7 +176,7 @@ def _example(names, combo, oa, ob) -> dict:
     return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}
 
 
-def diff_text(result: dict, markdown: bool = False) -> str:
+def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
     a, b = result["a"], result["b"]
     head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
     changed = sum(result["counts"].values())
@@ -143,23 +187,31 @@ def diff_text(result: dict, markdown: bool = False) -> str:
         lines.append("| class | configs |")
         lines.append("|---|---:|")
         lines += [f"| {cls} | {n} |" for cls, n in result["counts"].items()]
+        if _domain_text(result["domain"]):
+            lines += ["", f"Domain: {_domain_text(result['domain'])}"]
         for g in result["groups"]:
             lines.append("")
             where = f", where `{g['where']}`" if g["where"] else ""
             lines.append(f"**{g['class']}** ({g['count']}): {g['change']}{where}")
             lines.append("")
-            lines += [f"- `{t}`" for t in g["text"]]
+            lines += [f"- `{t}`" for t in g["text"][:max_patterns]]
+            if len(g["text"]) > max_patterns:
+                lines.append(f"- ... {len(g['text']) - max_patterns} more patterns (`--format json` lists all)")
             lines.append(f"- e.g. {_example_text(g['class'], g['example'])}")
         return "\n".join(lines)
     if result["equivalent"]:
         return f"{head}: equivalent on all {result['total']} configs"
     lines.append(f"{head}: {changed} of {result['total']} configs change "
                  + "(" + ", ".join(f"{cls} {n}" for cls, n in result["counts"].items() if n) + ")")
+    if _domain_text(result["domain"]):
+        lines.append(f"domain: {_domain_text(result['domain'])}")
     for g in result["groups"]:
         lines.append(f"{g['class']} {g['count']}: {g['change']}")
         if g["where"]:
             lines.append(f"  where {g['where']}:")
-        lines += [f"    {t}" for t in g["text"]]
+        lines += [f"    {t}" for t in g["text"][:max_patterns]]
+        if len(g["text"]) > max_patterns:
+            lines.append(f"    ... {len(g['text']) - max_patterns} more patterns (--format json lists all)")
         lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
     return "\n".join(lines)
 

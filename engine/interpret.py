@@ -50,13 +50,14 @@ class Trace:
         return step
 
 
-def run(policy, cfg: dict, given=None, trace: Trace | None = None) -> Decision:
-    """Evaluate a complete, canonical config (every input present and valid)."""
+def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -> Decision:
+    """Evaluate a complete, canonical config (every input present and valid). `prelude`: log
+    lines that come first (deprecated spellings in the config as given)."""
     env = dict(cfg)
     phases = policy.phases
     user_set = {ph: env[spec.input] is not None for ph, spec in phases.items()}
     sources = {ph: ("user" if user_set[ph] else None) for ph in phases}
-    log: list[str] = []
+    log: list[str] = list(prelude)
     raw: list = []
     index = {id(r): i for i, r in enumerate(policy.rule_list)}
 

@@ -14,7 +14,7 @@ from .conditions import Cond
 from .errors import Problem
 from .model import Table
 
-MAX_DOMAIN = 250_000  # beyond this the whole-domain analyses are skipped (said on stderr)
+MAX_DOMAIN = 2_000_000  # beyond this the whole-domain analyses are skipped (said on stderr)
 
 
 def lint(policy) -> tuple[list[Problem], list[str]]:
@@ -101,44 +101,51 @@ def _unused_inputs(policy) -> list[Problem]:
 
 
 def _domain_lint(policy) -> list[Problem]:
-    held: dict[str, int] = {r.name: 0 for r in policy.rule_list}
-    chosen: dict[str, int] = {}
-    shadowers: dict[str, dict] = {}
+    rules = policy.rule_list
+    held = [0] * len(rules)
+    chosen = [0] * len(rules)
     contradiction: dict[str, tuple] = {}
+    probe = policy.probe()
+    defaults = {r.name for r in policy.stages["defaults"].rules}
     for config in policy.domain():
-        trace = interpret.Trace()
-        d = interpret.run(policy, config, config, trace)
-        for step in trace.steps:
-            if step.rule is not None and step.holds and step.rule.stage != "defaults":
-                held[step.rule.name] += 1
-        winner = next((s.rule.name for s in trace.steps if s.chosen), None)
-        for rule in trace.default_matches:
-            held[rule.name] += 1
-            if rule.name == winner:
-                chosen[rule.name] = chosen.get(rule.name, 0) + 1
-            else:
-                shadowers.setdefault(rule.name, {}).setdefault(winner, 0)
-                shadowers[rule.name][winner] += 1
-        for v in d.violations:
-            src = d.sources.get(v.phase) if v.phase else None
-            if src and src != "user" and src not in contradiction and _is_default(policy, src):
-                contradiction[src] = (config, v)
+        d = probe(config, held, chosen)
+        if d._raw:
+            for v in d.violations:
+                src = d.sources.get(v.phase) if v.phase else None
+                if src in defaults and src not in contradiction:
+                    contradiction[src] = (config, v)
     out = []
-    for rule in policy.rule_list:
-        path = rule.path
-        if held[rule.name] == 0:
+    shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
+    winners = _winners(policy, shadowed) if shadowed else {}
+    for i, rule in enumerate(rules):
+        if held[i] == 0:
             what = {"resolve": "resolve rule", "defaults": "default rule", "checks": "check"}[rule.stage]
             out.append(_problem(policy, "L402", f"{what} '{rule.name}' never applies: its condition holds for "
-                                "no config of the declared domain", path))
-        elif rule.stage == "defaults" and not chosen.get(rule.name):
-            by = ", ".join(sorted(n for n in shadowers.get(rule.name, {}) if n))
+                                "no config of the declared domain", rule.path))
+        elif rule in shadowed:
+            by = ", ".join(sorted(winners.get(rule.name, ())))
             out.append(_problem(policy, "L401", f"default rule '{rule.name}' is never chosen: wherever it "
-                                f"applies, an earlier rule wins ({by})", path))
+                                f"applies, an earlier rule wins ({by})", rule.path))
     for name, (config, v) in contradiction.items():
         rule = policy.rule(name)
         shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
         out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{v.check}' "
                             f"rejects, e.g. for {shown}: {v.message}", rule.path))
+    return out
+
+
+def _winners(policy, shadowed) -> dict:
+    """For each shadowed default, the rules chosen where it applies (a second, traced pass)."""
+    names = {r.name for r in shadowed}
+    out: dict = {n: set() for n in names}
+    for config in policy.domain():
+        trace = interpret.Trace()
+        interpret.run(policy, config, config, trace)
+        matched = {r.name for r in trace.default_matches} & names
+        if matched:
+            winner = next((s.rule.name for s in trace.steps if s.chosen), None)
+            for n in matched:
+                out[n].add(winner)
     return out
 
 

@@ -23,6 +23,7 @@ class InputSpec:
     flags: tuple = ()  # command-line spellings, primary first
     phase: str | None = None  # the phase this input holds the backend of
     path: tuple = ()
+    deprecated: dict = field(default_factory=dict)  # deprecated flag -> log line when used
 
     def domain(self) -> list:
         """The values used when the whole domain is enumerated."""

@@ -8,7 +8,7 @@ from . import codegen, interpret
 from .build import Parts
 from .decision import Decision
 from .errors import ConfigError, Problem
-from .suggest import closest, did_you_mean
+from .suggest import closest, did_you_mean, near_miss
 
 
 class Policy:
@@ -38,21 +38,40 @@ class Policy:
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
         # every accepted spelling of a config key -> its input (flags without --, dashes or underscores)
         self.key_map: dict[str, str] = {}
-        for name, spec in self.inputs.items():
+        # deprecated spelling -> (input index, the log line its use emits)
+        self.deprecated_keys: dict[str, tuple[int, str]] = {}
+        for index, (name, spec) in enumerate(self.inputs.items()):
             self.key_map[name] = name
             self.key_map[name.replace("_", "-")] = name
             for flag in spec.flags:
                 self.key_map[flag[2:]] = name
                 self.key_map[flag[2:].replace("-", "_")] = name
+            for flag, text in spec.deprecated.items():
+                for key in (flag[2:], flag[2:].replace("-", "_")):
+                    self.key_map[key] = name
+                    self.deprecated_keys[key] = (index, text)
         self.phase_key_aliases = {
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
         }
+        self._probe = None  # the instrumented evaluator, compiled on first use (lint)
         self.source_code, consts = codegen.compile_policy(self)
-        namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self._normalize_strict,
+        self._evaluate = self._compile(self.source_code, consts, "_evaluate")
+
+    def _compile(self, source: str, consts: dict, name: str):
+        namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
                          _reject=self._reject, _Decision=Decision, _policy=self)
-        exec(compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec"), namespace)
-        self._evaluate = namespace["_evaluate"]
+        exec(compile(source, f"<policy {self.family}@{self.version}>", "exec"), namespace)
+        return namespace[name]
+
+    def probe(self):
+        """The instrumented evaluator: probe(cfg, held, chosen) -> Decision, counting into the
+        lists `held` (per rule of rule_list: its condition held; for defaults: held when the
+        defaults stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
+        if self._probe is None:
+            source, consts = codegen.compile_policy(self, probe=True)
+            self._probe = self._compile(source, consts, "_probe")
+        return self._probe
 
     # -- identity ----------------------------------------------------------------------------
     @property
@@ -82,13 +101,13 @@ class Policy:
 
     def trace(self, config: Mapping) -> tuple[Decision, interpret.Trace]:
         """Evaluate with the interpreter, recording every stage, rule and check tried."""
-        given = config
-        full = self.complete(self.normalize(config))
+        canonical, prelude = self.normalize_with_log(config)
         trace = interpret.Trace()
-        return interpret.run(self, full, given, trace), trace
+        return interpret.run(self, self.complete(canonical), config, trace, prelude), trace
 
     def interpret(self, config: Mapping) -> Decision:
-        return interpret.run(self, self.complete(self.normalize(config)), config)
+        canonical, prelude = self.normalize_with_log(config)
+        return interpret.run(self, self.complete(canonical), config, None, prelude)
 
     # -- configs -----------------------------------------------------------------------------
     def canonical_key(self, key) -> str | None:
@@ -100,25 +119,27 @@ class Policy:
         """Canonical keys and validated values (only the keys given). Keys may be spelled as
         inputs or as their flags (dashes or underscores). Raises ConfigError listing every
         problem."""
-        out, problems, _ = self._check(config, False, file, doc)
+        return self.normalize_with_log(config, file, doc)[0]
+
+    def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
+        """As normalize, and the log lines that deprecated spellings among the keys emit (in the
+        order of the inputs), which evaluation puts before every other line."""
+        out, problems, _, prelude = self._check(config, False, file, doc)
         if problems:
             raise ConfigError(problems)
-        return out
+        return out, prelude
 
     def normalize_lenient(self, config, file: str = "", doc=None) -> tuple[dict, list]:
         """As normalize, but keys that are neither inputs nor close to one are returned as
         ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
         of an input name is still an error."""
-        out, problems, ignored = self._check(config, True, file, doc)
+        out, problems, ignored, _ = self._check(config, True, file, doc)
         if problems:
             raise ConfigError(problems)
         return out, ignored
 
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
-
-    def _normalize_strict(self, config):
-        return self.normalize(config)
 
     def _reject(self, config):
         problems = self._check(config, False, "")[1]
@@ -131,9 +152,10 @@ class Policy:
         ignored: list[str] = []
         out: dict = {}
         spelled: dict = {}
+        deprecated: list = []
         if not isinstance(config, Mapping):
             return out, [Problem("C504", f"a config is a mapping of input -> value, got "
-                                 f"{type(config).__name__}", file)], ignored
+                                 f"{type(config).__name__}", file)], ignored, []
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
@@ -145,10 +167,11 @@ class Policy:
         for key, value in config.items():
             name = self.canonical_key(key)
             if name is None:
-                near = closest(key, names) if isinstance(key, str) else None
+                near = near_miss(key, names) if isinstance(key, str) else None
                 if lenient and near is None:
                     ignored.append(str(key))
                     continue
+                near = near or (closest(key, names) if isinstance(key, str) else None)
                 hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
                 problems.append(at(Problem("C501", f"unknown config key {key!r}", file, hint=hint), key))
                 continue
@@ -157,12 +180,14 @@ class Policy:
                                            "to different values", file), key))
                 continue
             spelled[name] = key
+            if key in self.deprecated_keys:
+                deprecated.append(self.deprecated_keys[key])
             spec = self.inputs[name]
             if not spec.accepts(value):
                 problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
-        return out, problems, ignored
+        return out, problems, ignored, [text for _, text in sorted(deprecated)]
 
     def _value_problem(self, spec, key, value, file) -> Problem:
         shown = value if not isinstance(value, str) else repr(value)
@@ -197,4 +222,5 @@ class Policy:
 
 
 def spec_flags(policy: Policy, phase: str) -> tuple:
-    return policy.inputs[policy.phases[phase].input].flags
+    spec = policy.inputs[policy.phases[phase].input]
+    return tuple(spec.flags) + tuple(spec.deprecated)

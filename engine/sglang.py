@@ -14,6 +14,7 @@ otherwise writes the resolved dtype and backends back and logs SGLang's lines.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -21,10 +22,15 @@ import shlex
 import sys
 
 from .errors import ConfigError, Problem
-from .suggest import close_matches
+from .suggest import near_miss
 
-# model names whose config makes SGLang's is_deepseek_nsa() true (DeepSeek Sparse Attention)
-DSA_MODELS = re.compile(r"deepseek[-_ ]?v3[._]2|glm[-_ ]?5(?![0-9])", re.I)
+# model names whose config makes SGLang's is_deepseek_nsa() true (DeepSeek Sparse Attention),
+# by family (the names a policy's model_family input uses)
+DSA_FAMILIES = {
+    "deepseek_v32": re.compile(r"deepseek[-_ ]?v3[._]2", re.I),
+    "glm5": re.compile(r"glm[-_ ]?5(?![0-9])", re.I),
+}
+DSA_MODELS = re.compile("|".join(p.pattern for p in DSA_FAMILIES.values()), re.I)
 # model families known not to use DSA (anything else is "unknown": the policy default applies)
 NON_DSA_MODELS = re.compile(
     r"deepseek[-_ ]?(v2|v3(?![._]2)|r1|coder|llm|math|moe|vl)|llama|qwen|mistral|mixtral|gemma|phi|kimi|"
@@ -32,15 +38,77 @@ NON_DSA_MODELS = re.compile(
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
 
+# SGLang options whose value is a JSON object: option -> {JSON key: the policy input it sets}
+JSON_OPTIONS = {
+    "hisparse-config": {"top_k": "hisparse_top_k", "device_buffer_size": "hisparse_device_buffer_size"},
+    "hierarchical-sparse-attention-extra-config": {"top_k": "hisparse_top_k",
+                                                   "device_buffer_size": "hisparse_device_buffer_size"},
+}
+
+
+def _model_name(model_path: str) -> str:
+    return os.path.basename(model_path.rstrip("/\\")) or model_path
+
 
 def model_is_dsa(model_path: str) -> bool | None:
     """True / False when the model path names a known family, None when it cannot tell."""
-    name = os.path.basename(model_path.rstrip("/\\")) or model_path
+    name = _model_name(model_path)
     if DSA_MODELS.search(name):
         return True
     if NON_DSA_MODELS.search(name):
         return False
     return None
+
+
+def model_family(model_path: str) -> str | None:
+    """The DSA family a model path names (deepseek_v32, glm5), or None."""
+    name = _model_name(model_path)
+    return next((fam for fam, pattern in DSA_FAMILIES.items() if pattern.search(name)), None)
+
+
+def model_inputs(policy, model_path: str) -> tuple[dict, str | None]:
+    """(inputs the model path decides, a note when it cannot tell) for the policy's dsa_model and
+    model_family inputs, where it declares them."""
+    out: dict = {}
+    dsa = model_is_dsa(model_path)
+    if "dsa_model" in policy.inputs:
+        if dsa is None:
+            default = str(policy.inputs["dsa_model"].default).lower()
+            return out, (f"cannot tell whether {model_path} uses DeepSeek Sparse Attention: the policy "
+                         f"default ({default}) applies; pass --dsa-model or --no-dsa-model to hisparse to say")
+        out["dsa_model"] = dsa
+    family = model_family(model_path)
+    spec = policy.inputs.get("model_family")
+    if spec is not None and family is not None and spec.accepts(family):
+        out["model_family"] = family
+    return out, None
+
+
+def expand_json_options(policy, data: dict, file: str = "") -> tuple[dict, list[Problem]]:
+    """Replace SGLang's JSON-valued options (e.g. --hisparse-config '{"top_k": 2048}') in a
+    config by the policy inputs they carry; options whose inputs the policy does not declare
+    are left alone (and ignored as unrelated keys)."""
+    out, problems = {}, []
+    for key, value in data.items():
+        mapping = JSON_OPTIONS.get(key.replace("_", "-")) if isinstance(key, str) else None
+        targets = {k: v for k, v in (mapping or {}).items() if v in policy.inputs}
+        if not targets:
+            out[key] = value
+            continue
+        obj = value
+        if isinstance(value, str):
+            try:
+                obj = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                problems.append(Problem("C503", f"{key}: not a JSON object: {value!r}", file))
+                continue
+        if not isinstance(obj, dict):
+            problems.append(Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file))
+            continue
+        for json_key, name in targets.items():
+            if json_key in obj:
+                out[name] = obj[json_key]
+    return out, problems
 
 
 def launch_args(tokens: list[str]) -> list[str]:
@@ -98,6 +166,13 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
         if flag == "--config":
             config_file = value()
             continue
+        if flag[2:] in JSON_OPTIONS:
+            raw = value()
+            if raw is not None:
+                expanded, more = expand_json_options(policy, {flag[2:]: raw})
+                problems += more
+                given.update({k: v for k, v in expanded.items() if k in policy.inputs})
+            continue
         name = flags.get(flag)
         if name is None:
             near = _near_routing_flag(flag, flags)
@@ -116,7 +191,7 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
             if eq:
                 problems.append(Problem("C503", f"{flag} is a switch and takes no value (got {inline!r})"))
                 continue
-            given[name] = True
+            given[flag[2:]] = True
             continue
         raw = value()
         if raw is None:
@@ -127,34 +202,33 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
             except ValueError:
                 problems.append(Problem("C503", f"{flag}: expected an integer, got {raw!r}"))
                 continue
-        given[name] = raw
+        given[flag[2:]] = raw  # the spelling typed: a deprecated one is logged when evaluated
+    from .config import load_config_file, merge_config
+
     config: dict = {}
     if config_file is not None:
-        from .config import load_config_file
-
         try:
-            file_config, ignored = load_config_file(policy, config_file)
-            config.update(file_config)
+            config, _ = load_config_file(policy, config_file)
         except ConfigError as exc:
             problems += exc.problems
     try:
-        config.update(policy.normalize({policy.inputs[k].flag[2:]: v for k, v in given.items()}))
+        policy.normalize(given)
     except ConfigError as exc:
         problems += exc.problems
     if problems:
         raise ConfigError(problems)
-    if "dsa_model" in policy.inputs and "dsa_model" not in config:
-        if model is None:
+    config = merge_config(policy, config, given)
+    if model is None:
+        if "dsa_model" in policy.inputs:
             notes.append("no --model-path: whether the model uses DSA is left to the policy default "
                          f"({str(policy.inputs['dsa_model'].default).lower()})")
-        else:
-            dsa = model_is_dsa(model)
-            if dsa is None:
-                notes.append(f"cannot tell whether {model} uses DeepSeek Sparse Attention: the policy default "
-                             f"({str(policy.inputs['dsa_model'].default).lower()}) applies; pass --dsa-model or "
-                             "--no-dsa-model to hisparse to say")
-            else:
-                config["dsa_model"] = dsa
+    else:
+        decided, note = model_inputs(policy, model)
+        if note:
+            notes.append(note)
+        for name, value in decided.items():
+            if policy.canonical_key(name) not in {policy.canonical_key(k) for k in config}:
+                config[name] = value
     return config, notes
 
 
@@ -165,20 +239,8 @@ def _near_routing_flag(flag: str, flags: dict) -> str:
     if prefixed and len(flag) > 4:
         return ("an abbreviation is not accepted here (SGLang's parser may resolve it differently): "
                 "did you mean " + " or ".join(prefixed) + "?")
-    hits = close_matches(flag, primary)
-    hits = [h for h in hits if _distance(flag, h) <= 2]
-    return f"did you mean {hits[0]}?" if hits else ""
-
-
-def _distance(a: str, b: str) -> int:
-    """Levenshtein distance (short strings)."""
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+    hit = near_miss(flag, primary)
+    return f"did you mean {hit}?" if hit else ""
 
 
 # -- in place of SGLang's if/else --------------------------------------------------------------
@@ -206,7 +268,15 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
                     config[name] = value
                 break
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
-    detected = _detect(server_args)
+    detected = _detect(server_args, policy)
+    env["model_family"] = detected.get("model_family")
+    for option in JSON_OPTIONS:
+        raw = getattr(server_args, option.replace("-", "_"), None)
+        if raw:
+            expanded, problems = expand_json_options(policy, {option: raw})
+            if problems:
+                raise ValueError(str(problems[0].message))
+            config.update({k: v for k, v in expanded.items() if k in policy.inputs})
     for name, value in env.items():
         if name in policy.inputs and name not in config:
             value = value if value is not None else detected.get(name)
@@ -230,13 +300,11 @@ def _attr_names(policy, name: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _detect(server_args) -> dict:
+def _detect(server_args, policy) -> dict:
     out = {}
     model = getattr(server_args, "model_path", None)
     if isinstance(model, str):
-        dsa = model_is_dsa(model)
-        if dsa is not None:
-            out["dsa_model"] = dsa
+        out.update(model_inputs(policy, model)[0])
     torch = sys.modules.get("torch")  # only if the caller already imported it
     if torch is not None:
         if getattr(getattr(torch, "version", None), "hip", None):

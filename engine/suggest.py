@@ -44,3 +44,27 @@ def did_you_mean(name: str, candidates, list_if_none: bool = True) -> str:
     if list_if_none and len(candidates) <= 12:
         return "expected one of: " + ", ".join(str(c) for c in candidates)
     return ""
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (for short names)."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def near_miss(name: str, candidates) -> str | None:
+    """A candidate `name` is most likely a typo of: at most two edits away (case and dashes
+    aside). Stricter than did_you_mean: used to tell a typo from an unrelated name."""
+    key = _fold(name)
+    best = None
+    for c in candidates:
+        d = edit_distance(key, _fold(c))
+        styled = ("-" in c) == ("-" in name)  # on a tie, the spelling styled like the name
+        if d <= 2 and (best is None or (d, not styled) < best[0]):
+            best = ((d, not styled), c)
+    return best[1] if best else None
