@@ -129,7 +129,7 @@ def _flag_table(policy) -> dict:
     """--flag (as typed) -> input name, for every spelling the policy declares."""
     table = {}
     for name, spec in policy.inputs.items():
-        for flag in spec.flags:
+        for flag in tuple(spec.flags) + tuple(spec.deprecated):
             table[flag] = name
             table["--" + flag[2:].replace("-", "_")] = name
     return table
@@ -261,12 +261,11 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     logger = logger or logging.getLogger("sglang.srt.server_args")
     config: dict = {}
     for name, spec in policy.inputs.items():
-        for attr in _attr_names(policy, name):
-            if hasattr(server_args, attr):
-                value = getattr(server_args, attr)
-                if value is not None or spec.nullable:
-                    config[name] = value
-                break
+        present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
+        values = [getattr(server_args, a) for a in present]
+        value = next((v for v in values if v is not None), None)
+        if value is not None or (present and spec.nullable):
+            config[name] = value
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
     detected = _detect(server_args, policy)
     env["model_family"] = detected.get("model_family")
@@ -295,8 +294,10 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
 
 
 def _attr_names(policy, name: str) -> list[str]:
+    """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
+    deprecated flags' (older SGLang objects)."""
     spec = policy.inputs[name]
-    names = [name] + [f[2:].replace("-", "_") for f in spec.flags]
+    names = [name] + [f[2:].replace("-", "_") for f in tuple(spec.flags) + tuple(spec.deprecated)]
     return list(dict.fromkeys(names))
 
 

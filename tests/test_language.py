@@ -165,3 +165,72 @@ def test_explain_mentions_every_rule(policy):
     assert names == {r.name for r in policy.rule_list} - {"fallback"}
     chosen = [s.rule.name for s in trace.steps if s.chosen]
     assert chosen == ["by-note"]
+
+
+DEPRECATED = """
+policy: dep
+version: 1
+description: Deprecated spellings.
+inputs:
+  size: {type: int, values: [1, 2], default: 1, deprecated_flags: {--old-size: "'--old-size' is deprecated"}}
+backends: {a: A, b: B}
+phases:
+  main:
+    input: main_backend
+    deprecated_flags: {--legacy-backend: "'--legacy-backend' is deprecated; use '--main-backend'"}
+resolve: {rules: []}
+defaults:
+  rules:
+    - {name: small, when: {size: 1}, set: {main: a}, log: "size {size}: {main}"}
+    - {name: big, set: {main: b}}
+checks: {rules: []}
+"""
+
+
+def test_deprecated_spellings_log_first_in_input_order(tmp_path):
+    policy = load_text(tmp_path, DEPRECATED)
+    d = policy.evaluate({"legacy-backend": "b", "old_size": 1})
+    assert d.backends == {"main": "b"} and d.sources == {"main": "user"}
+    # the input order of the policy, not of the config, whatever the spelling's dashes
+    assert d.log == ["'--old-size' is deprecated", "'--legacy-backend' is deprecated; use '--main-backend'",
+                     "size 1: b"]
+    assert policy.interpret({"legacy-backend": "b", "old_size": 1}).log == d.log
+    assert policy.evaluate({"main_backend": "b", "size": 1}).log == ["size 1: b"]
+    assert d.to_dict()["legacy_backend"] == "b"  # the old key mirrors the phase in JSON
+    with pytest.raises(engine.ConfigError, match="both set 'main_backend'"):
+        policy.evaluate({"legacy_backend": "a", "main_backend": "b"})
+
+
+def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):
+    text = DEPRECATED.replace("deprecated_flags: {--old-size:", "flags: [--old-size], deprecated_flags: {--old-size:")
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, text)
+    assert [p.code for p in exc.value.problems] == ["E307"]
+
+
+@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3"])
+def test_instrumented_evaluator_counts_like_the_interpreter(ref):
+    """The lint's compiled probe counts the same rule hits as the interpreter's traces."""
+    from engine import interpret
+
+    policy = engine.load_policy(ref)
+    n = len(policy.rule_list)
+    held, chosen = [0] * n, [0] * n
+    want_held, want_chosen = [0] * n, [0] * n
+    index = {r.name: i for i, r in enumerate(policy.rule_list)}
+    probe = policy.probe()
+    for k, config in enumerate(policy.domain()):
+        if k % 11:  # a sample keeps v3 quick
+            continue
+        d = probe(config, held, chosen)
+        trace = interpret.Trace()
+        ref_d = interpret.run(policy, config, config, trace)
+        assert d.outcome() == ref_d.outcome()
+        for step in trace.steps:
+            if step.rule is not None and step.holds and step.rule.stage != "defaults":
+                want_held[index[step.rule.name]] += 1
+            if step.chosen:
+                want_chosen[index[step.rule.name]] += 1
+        for rule in trace.default_matches:
+            want_held[index[rule.name]] += 1
+    assert held == want_held and chosen == want_chosen

@@ -178,3 +178,72 @@ def test_apply_reads_the_model_path():
     plain = ServerArgs(model_path="meta-llama/Llama-3.1-8B", kv_cache_dtype="fp8_e5m2")
     apply(plain, V2)
     assert plain.nsa_decode_backend is None  # no DSA routing for it
+
+
+V3 = "nsa-backends@3"
+
+
+def test_v3_deprecated_spelling_in_a_launch_command_is_logged():
+    d, config, _ = launch("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 "
+                          "--kv-cache-dtype bfloat16 --nsa-decode-backend fa3", V3)
+    assert "nsa-decode-backend" in config
+    assert d.ok and d.backends["decode"] == "fa3"
+    assert d.log[0] == ("'--nsa-decode-backend' is deprecated and will be removed in a future release. "
+                        "Use '--dsa-decode-backend' instead.")
+    d, _, _ = launch("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 "
+                     "--kv-cache-dtype bfloat16 --dsa-decode-backend fa3", V3)
+    assert not any("deprecated" in line for line in d.log)
+
+
+def test_v3_hisparse_config_json():
+    base = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --enable-hisparse "
+            "--disable-radix-cache --kv-cache-dtype fp8_e4m3 ")
+    d, config, _ = launch(base + """--hisparse-config '{"top_k": 2048, "device_buffer_size": 1024, "host_to_device_ratio": 2}'""", V3)
+    assert config["hisparse_device_buffer_size"] == 1024
+    assert d.error == "device_buffer_size (1024) must be no smaller than top_k (2048)"
+    d, _, _ = launch(base + """--hisparse-config='{"device_buffer_size": 4096}'""", V3)
+    assert d.ok and d.backends["decode"] == "flashmla_kv"
+    with pytest.raises(engine.ConfigError, match="hisparse-config: not a JSON object"):
+        launch(base + "--hisparse-config top_k=2048", V3)
+    # a policy without those inputs ignores the option like any unrelated flag
+    d, config, _ = launch(base + """--hisparse-config '{"device_buffer_size": 1}'""", V2)
+    assert d.ok and not any("hisparse_" in k for k in config)
+
+
+def test_v3_glm5_on_sm12_is_read_from_the_model_path(capsys):
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V3, "--sm-major", "12", "--format", "json", "--",
+                           "python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5-FP8",
+                           "--kv-cache-dtype", "fp8_e4m3")
+    assert code == 0
+    d = __import__("json").loads(out)
+    assert d["model_family"] == "glm5" and d["dsa_decode_backend"] == "flashinfer_sparse_mla"
+    assert d["nsa_decode_backend"] == "flashinfer_sparse_mla"  # the deprecated key mirrors it
+
+
+def test_v3_cli_deprecated_flag(capsys):
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V3, "--kv-cache-dtype", "bfloat16",
+                           "--nsa-prefill-backend", "flashmla_sparse", "--format", "json")
+    assert code == 0
+    log = __import__("json").loads(out)["log"]
+    assert log[0].startswith("'--nsa-prefill-backend' is deprecated")
+
+
+def test_v3_config_file_with_hisparse_config(capsys, tmp_path):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text("model-path: deepseek-ai/DeepSeek-V3.2\nenable-hisparse: true\ndisable-radix-cache: true\n"
+                   "hisparse-config: '{\"top_k\": 2048, \"device_buffer_size\": 512}'\n")
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V3, "--config", str(cfg))
+    assert code == 1 and "device_buffer_size (512) must be no smaller than top_k (2048)" in out
+
+
+def test_apply_v3_with_hisparse_config_attribute():
+    args = ServerArgs(enable_hisparse=True, kv_cache_dtype="fp8_e4m3", disable_radix_cache=True,
+                      dsa_prefill_backend=None, dsa_decode_backend="flashinfer_sparse_mla",
+                      hisparse_config='{"top_k": 2048, "device_buffer_size": 4096}')
+    d = apply(args, V3, sm_major=9, platform="cuda")
+    assert d.ok
+    assert (args.dsa_prefill_backend, args.dsa_decode_backend) == ("flashmla_kv", "flashinfer_sparse_mla")
+    assert args.nsa_prefill_backend == "flashmla_kv"  # the deprecated attribute is kept in step too
+    args.hisparse_config = '{"device_buffer_size": 1000}'
+    with pytest.raises(ValueError, match=r"device_buffer_size \(1000\)"):
+        apply(args, V3, sm_major=9, platform="cuda")
