@@ -292,13 +292,15 @@ def cmd_diff(argv) -> int:
     add_policy_options(parser, with_ref=False)
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--where", action="append", metavar="NAME=VALUE",
+                        help="compare only configs with this input value (repeatable)")
     parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from .diff import diff, diff_text
     from .loader import load_policy
 
-    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir))
+    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where)
     if ns.format == "json":
         _emit_json(result)
     else:

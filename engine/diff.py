@@ -12,7 +12,7 @@ import itertools
 
 from .compare import (CLASSES, classify, cube_json, cube_text, describe, factor, minimize,
                       outcome_of, outcome_of_error)
-from .errors import ConfigError
+from .errors import ConfigError, Problem
 
 
 class Axis:
@@ -70,9 +70,34 @@ def _invalid_values(policy, axes, side: str) -> dict:
     return out
 
 
-def diff(a, b, max_examples: int = 3) -> dict:
+def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
+    """Apply NAME=VALUE restrictions (values typed as the declaring policy types them) to the
+    union axes; returns the fixed values by axis name."""
+    from .table import parse_where
+
+    fixed = {}
+    for item in where or []:
+        name = item.partition("=")[0].strip()
+        for policy, side in ((a, "a_name"), (b, "b_name")):
+            key = policy.canonical_key(name)
+            axis = next((ax for ax in axes if getattr(ax, side) == key), None) if key else None
+            if axis is not None:
+                value = parse_where(policy, [f"{key}={item.partition('=')[2]}"])[key]
+                axis.values = [value]
+                fixed[axis.name] = value
+                break
+        else:
+            from .suggest import did_you_mean
+
+            raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
+                                       hint=did_you_mean(name, [ax.name for ax in axes]))])
+    return fixed
+
+
+def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
     """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples."""
     axes = union_axes(a, b)
+    fixed = restrict(a, b, axes, where)
     a_axes = [(i, ax.a_name) for i, ax in enumerate(axes) if ax.a_name is not None]
     b_axes = [(i, ax.b_name) for i, ax in enumerate(axes) if ax.b_name is not None]
     counts = dict.fromkeys(CLASSES, 0)
@@ -128,6 +153,7 @@ def diff(a, b, max_examples: int = 3) -> dict:
     examples = [g["example"] for g in groups]
     return {
         "a": a.identity(), "b": b.identity(),
+        "where": fixed,
         "domain": domain_changes(a, b, axes),
         "equivalent": not any(counts.values()),
         "total": total,
@@ -150,6 +176,14 @@ def domain_changes(a, b, axes) -> dict:
         if added or removed:
             out["values"][ax.name] = {"added": added, "removed": removed}
     return out
+
+
+def _show_value(v) -> str:
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
 
 
 def _domain_text(d: dict) -> str:
@@ -179,6 +213,8 @@ def _example(names, combo, oa, ob) -> dict:
 def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
     a, b = result["a"], result["b"]
     head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
+    if result.get("where"):
+        head += " where " + " ".join(f"{k}={_show_value(v)}" for k, v in result["where"].items())
     changed = sum(result["counts"].values())
     lines = []
     if markdown:

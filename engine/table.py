@@ -25,12 +25,14 @@ def parse_where(policy, items: list[str]) -> dict:
                                        hint=did_you_mean(name.strip(), policy.input_names))])
         spec = policy.inputs[key]
         text = text.strip()
-        if spec.type == "bool":
+        if spec.nullable and text in ("", "null", "unset"):
+            value = None
+        elif spec.type == "bool":
             value = {"true": True, "false": False}.get(text.lower(), text)
         elif spec.type == "int":
             value = int(text) if text.lstrip("-").isdigit() else text
         else:
-            value = None if text in ("", "null", "unset") and spec.nullable else text
+            value = text
         fixed.update(policy.normalize({key: value}))
     return fixed
 
@@ -103,6 +105,8 @@ def _allowed_cell(allowed: list, all_backends: list) -> str:
         return "none"
     if len(allowed) == len(all_backends):
         return "any"
+    if len(allowed) > len(all_backends) / 2:  # the shorter way to say it
+        return "any but " + ", ".join(b for b in all_backends if b not in allowed)
     return ", ".join(allowed)
 
 
@@ -135,15 +139,20 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-README_TABLE = ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"])
+README_TABLES = (
+    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
+    ("nsa-backends@3", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+)
 
 
 def readme_table() -> str:
-    """The README's routing table (kept current by a test)."""
+    """The README's routing tables (kept current by a test)."""
     from .loader import load_policy
 
-    ref, where = README_TABLE
-    policy = load_policy(ref)
-    result = routing_rows(policy, parse_where(policy, where))
-    cmd = f"hisparse table --policy {ref} " + " ".join(f"--where {w}" for w in where) + " --format markdown"
-    return f"`{cmd}`\n\n" + table_text(policy, result, markdown=True)
+    parts = []
+    for ref, where in README_TABLES:
+        policy = load_policy(ref)
+        result = routing_rows(policy, parse_where(policy, where))
+        cmd = f"hisparse table --policy {ref} " + " ".join(f"--where {w}" for w in where) + " --format markdown"
+        parts.append(f"`{cmd}`\n\n" + table_text(policy, result, markdown=True))
+    return "\n\n".join(parts)

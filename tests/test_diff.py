@@ -126,3 +126,52 @@ def test_minimize_is_an_exact_cover(seed):
         covered |= cells
     assert covered == set(points)
     assert len(cubes) <= len(points)
+
+
+def test_where_restricts_the_domain(capsys):
+    a, b = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    result = diff(a, b, where=["enable_hisparse=true", "platform=cuda", "hisparse_device_buffer_size=unset"])
+    assert result["where"] == {"enable_hisparse": True, "platform": "cuda", "hisparse_device_buffer_size": None}
+    full = diff(a, b)
+    assert result["total"] * 2 * 2 * 3 == full["total"]  # hisparse x platform x buffer sizes
+    for group in result["groups"]:
+        assert group["example"]["config"]["enable_hisparse"] is True
+    # GLM-5 on SM12 under HiSparse moved from flashmla_kv to flashinfer_sparse_mla
+    moved = [g for g in result["groups"] if g["class"] == "backend_changed"]
+    assert moved and all("flashinfer_sparse_mla" in g["change"] for g in moved)
+    code, out, _ = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@3", "--where", "enable_hisparse=true")
+    assert code == 1 and out.startswith("nsa-backends@2 -> nsa-backends@3 where enable_hisparse=true:")
+    code, _, err = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@3", "--where", "hisparse=true")
+    assert code == 2 and "C501" in err
+
+
+def _status(policy, config):
+    """(accepted, decision or None) of a union-domain config for one policy."""
+    cfg = {policy.canonical_key(k): v for k, v in config.items() if policy.canonical_key(k)}
+    try:
+        d = policy.evaluate(cfg)
+    except engine.ConfigError:
+        return False, None
+    return d.ok, d
+
+
+def test_v2_to_v3_groups_agree_with_direct_evaluation():
+    """Each group's example, evaluated directly on both policies, shows the group's class."""
+    a, b = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    result = diff(a, b, where=["dsa_model=true", "enable_hisparse=true"])
+    assert result["groups"]
+    for group in result["groups"]:
+        config = group["example"]["config"]
+        (a_ok, da), (b_ok, db) = _status(a, config), _status(b, config)
+        cls = group["class"]
+        if cls == "newly_accepted":
+            assert not a_ok and b_ok
+        elif cls == "newly_rejected":
+            assert a_ok and not b_ok
+        elif cls == "backend_changed":
+            assert a_ok and b_ok and (da.backends != db.backends or
+                                      da.config["kv_cache_dtype"] != db.config["kv_cache_dtype"])
+        elif cls == "message_changed":
+            assert not a_ok and not b_ok
+        else:
+            assert a_ok and b_ok and da.backends == db.backends and da.log != db.log
