@@ -31,7 +31,7 @@ import torch
 
 from .errors import ValidationError, describe
 
-__all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8"]
+__all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8", "dequantize_kv_fp8_f32"]
 
 D_NOPE = 512          # quantized dims (the latent, also V)
 D_ROPE = 64           # rotary dims, kept in bf16
@@ -104,6 +104,23 @@ def dequantize_kv_fp8(packed: torch.Tensor) -> torch.Tensor:
     out = torch.empty(*lead, D_QK, dtype=torch.bfloat16, device=packed.device)
     out[..., :D_NOPE] = nope.reshape(*lead, D_NOPE)  # the bf16 cast happens in this copy
     out[..., D_NOPE:] = rope
+    return out
+
+
+def dequantize_kv_fp8_f32(rows: torch.Tensor) -> torch.Tensor:
+    """Unpack FP8 rows straight to float32, for kernels that compute in float32.
+
+    rows: uint8 [n, 656], contiguous. Returns float32 [n, 576] holding exactly the values of
+    `dequantize_kv_fp8(rows).float()`: a code times a power-of-two scale is exact in float32 and
+    representable in bf16 (see the module docstring), so skipping the bf16 round trip changes no
+    bit; it saves a pass over the rows."""
+    n = rows.shape[0]
+    out = torch.empty(n, D_QK, dtype=torch.float32, device=rows.device)
+    nope = out[:, :D_NOPE].view(n, NUM_TILES, TILE)
+    nope.copy_(rows[:, :D_NOPE].view(torch.float8_e4m3fn).view(n, NUM_TILES, TILE))
+    scales = rows[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32)  # [n, 4]
+    nope.mul_(scales.unsqueeze(-1))
+    out[:, D_NOPE:].copy_(rows[:, ROPE_AT:].contiguous().view(torch.bfloat16))
     return out
 
 

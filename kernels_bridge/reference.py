@@ -20,7 +20,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from .fp8 import D_QK, dequantize_kv_fp8
+from .fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8_f32
 from .validate import D_V, check_decode, check_prefill
 
 __all__ = ["sparse_prefill", "sparse_decode_fp8", "prefill_compute", "decode_compute",
@@ -89,11 +89,16 @@ def decode_compute(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
     scale = d_qk ** -0.5 if softmax_scale is None else float(softmax_scale)
     cache = k_cache.view(torch.uint8)  # [num_blocks, block_size, 1, 656]
     block_size = cache.shape[1]
+    flat_rows = cache.view(-1, FP8_ROW_BYTES) if cache.is_contiguous() else None
 
     def gather(flat: torch.Tensor) -> torch.Tensor:
-        # Only the picked rows are read and dequantized, addressed as (block, offset) so that a
-        # padded block stride never forces a copy of the cache.
-        return dequantize_kv_fp8(cache[flat // block_size, flat % block_size, 0]).float()
+        # Only the picked rows are read and dequantized. A padded block stride is addressed as
+        # (block, offset), so it never forces a copy of the cache.
+        if flat_rows is not None:
+            picked = flat_rows.index_select(0, flat)
+        else:
+            picked = cache[flat // block_size, flat % block_size, 0]
+        return dequantize_kv_fp8_f32(picked)
 
     idx = indices.reshape(b * s_q, topk)
     out, _, lse = _sparse_attention(q.reshape(b * s_q, h_q, d_qk), idx, idx != -1, gather,
@@ -147,9 +152,11 @@ def _attend_block(q, idx, valid, gather, scale, chunk):
         ok = valid[:, lo:lo + chunk]
         if not bool(ok.any()):
             continue
-        flat = torch.where(ok, idx[:, lo:lo + chunk], 0).long().reshape(-1)
-        # Masked slots read row 0; zero them so a NaN there cannot leak through 0 * NaN.
-        rows = torch.where(ok.unsqueeze(-1), gather(flat).view(n, -1, d), 0.0)
+        every = bool(ok.all())
+        flat = (idx[:, lo:lo + chunk] if every else torch.where(ok, idx[:, lo:lo + chunk], 0)).long().reshape(-1)
+        rows = gather(flat).view(n, -1, d)
+        if not every:  # masked slots read row 0; zero them so a NaN there cannot leak via 0 * NaN
+            rows.masked_fill_(~ok.unsqueeze(-1), 0.0)
         logits = torch.bmm(qf, rows.transpose(1, 2)) * scale             # [n, h, c]
         logits.masked_fill_(~ok.unsqueeze(1), -math.inf)
         new_max = torch.maximum(run_max, logits.amax(dim=-1))

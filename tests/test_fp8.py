@@ -195,3 +195,19 @@ def test_dequantize_rejects_bad_input(bad, fragment):
 
 def _first_diff(a: bytes, b: bytes):
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+
+
+def test_float32_dequantize_equals_bf16_dequantize_bit_for_bit():
+    """The reference kernels dequantize straight to float32; that must change no value."""
+    from kernels_bridge.fp8 import dequantize_kv_fp8_f32
+
+    g = torch.Generator().manual_seed(7)
+    kv = torch.randn(300, 576, generator=g) * torch.exp(torch.randn(300, 1, generator=g) * 4)
+    kv[0] = 0.0                                   # an all-zero row
+    kv[1, :128] = 1e-30                           # subnormal codes
+    kv[2, 128:256] = torch.finfo(torch.bfloat16).max / 2
+    rows = quantize_kv_fp8(kv.to(torch.bfloat16))
+    want = dequantize_kv_fp8(rows).float()
+    got = dequantize_kv_fp8_f32(rows)
+    assert got.dtype == torch.float32 and got.shape == (300, 576)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))

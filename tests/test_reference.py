@@ -196,8 +196,8 @@ def test_decode_only_dequantizes_picked_rows(monkeypatch):
     q = make_q((b, s_q, h_q), 31)
     idx = decode_indices(b, s_q, topk, 64 * bs, seed=32, lonely=False)
     seen = []
-    real = reference.dequantize_kv_fp8
-    monkeypatch.setattr(reference, "dequantize_kv_fp8",
+    real = reference.dequantize_kv_fp8_f32
+    monkeypatch.setattr(reference, "dequantize_kv_fp8_f32",
                         lambda rows: seen.append(rows.shape[0]) or real(rows))
     sparse_decode_fp8(q, cache, idx)
     assert sum(seen) == b * s_q * topk < 64 * bs
