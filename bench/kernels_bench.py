@@ -1,0 +1,126 @@
+"""Kernel figures: the CPU reference kernels' achieved GFLOP/s against float32 torch.matmul on
+equal-FLOP shapes (measured side by side), latency vs top-k and batch, and FP8 dequantise + gather
+throughput against a plain copy of the same bytes."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from bench.common import goal, interleaved, write_result
+from bench.plots import line_plot
+
+H_Q = 128
+TOPK = 2048
+
+
+def flops(queries: int, topk: int, h_q: int = H_Q) -> int:
+    """2 * h_q * topk * (576 + 512) per query (QK^T over 576 dims, PV over 512)."""
+    return 2 * h_q * topk * (576 + 512) * queries
+
+
+def _decode_case(b: int, topk: int, seed: int = 0):
+    from kernels_bridge import quantize_kv_fp8
+
+    g = torch.Generator().manual_seed(seed)
+    blocks = max(64, (4 * topk) // 64)
+    cache = quantize_kv_fp8(torch.randn(blocks * 64, 576, generator=g).to(torch.bfloat16)).view(blocks, 64, 1, 656)
+    q = torch.randn(b, 1, H_Q, 576, generator=g).to(torch.bfloat16)
+    idx = torch.randint(0, blocks * 64, (b, 1, topk), generator=g, dtype=torch.int32)
+    return q, cache, idx
+
+
+def _prefill_case(s_q: int, topk: int, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    s_kv = 4 * topk
+    q = torch.randn(s_q, H_Q, 576, generator=g).to(torch.bfloat16)
+    kv = torch.randn(s_kv, 1, 576, generator=g).to(torch.bfloat16)
+    idx = torch.randint(0, s_kv, (s_q, 1, topk), generator=g, dtype=torch.int32)
+    return q, kv, idx
+
+
+def _matmul_case(queries: int, topk: int, seed: int = 2):
+    """float32 bmm shapes with exactly the attention's FLOPs: [n,h,576]x[n,576,k] then [n,h,k]x[n,k,512]."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(queries, H_Q, 576, generator=g)
+    b = torch.randn(queries, 576, topk, generator=g)
+    c = torch.randn(queries, topk, 512, generator=g)
+    return lambda: torch.bmm(torch.bmm(a, b), c)
+
+
+def kernel_rates(quick: bool) -> tuple[dict, dict, list]:
+    from kernels_bridge.reference import decode_compute, prefill_compute
+
+    repeats = 3 if quick else 7
+    rows, goals = {}, {}
+    batches = (1, 4) if quick else (1, 2, 4, 8)
+    for b in batches:
+        q, cache, idx = _decode_case(b, TOPK)
+        qp, kv, idxp = _prefill_case(b, TOPK)
+        mm = _matmul_case(b, TOPK)
+        t = interleaved({"decode": lambda: decode_compute(q, cache, idx),
+                         "prefill": lambda: prefill_compute(qp, kv, idxp, 0.1),
+                         "matmul": mm}, repeats)
+        f = flops(b, TOPK)
+        gf = {k: f / v / 1e9 for k, v in t.items()}
+        rows[f"b{b}"] = {"decode_ms": round(t["decode"] * 1e3, 2), "prefill_ms": round(t["prefill"] * 1e3, 2),
+                         "matmul_ms": round(t["matmul"] * 1e3, 2),
+                         "decode_gflops": round(gf["decode"], 2), "prefill_gflops": round(gf["prefill"], 2),
+                         "matmul_gflops": round(gf["matmul"], 2),
+                         "decode_vs_matmul": round(gf["decode"] / gf["matmul"], 3),
+                         "prefill_vs_matmul": round(gf["prefill"] / gf["matmul"], 3)}
+        goals[f"decode_vs_matmul_b{b}"] = goal(gf["decode"] / gf["matmul"], 0.5, "min")
+        goals[f"prefill_vs_matmul_b{b}"] = goal(gf["prefill"] / gf["matmul"], 0.5, "min")
+    return rows, goals, list(batches)
+
+
+def latency_curves(quick: bool) -> dict:
+    from kernels_bridge.reference import decode_compute
+
+    topks = (256, 1024, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192)
+    out = {"topk": list(topks), "decode_ms_b1": [], "decode_ms_b4": []}
+    for k in topks:
+        for b in (1, 4):
+            q, cache, idx = _decode_case(b, k)
+            t = interleaved({"d": lambda: decode_compute(q, cache, idx)}, 2 if quick else 3)
+            out[f"decode_ms_b{b}"].append(round(t["d"] * 1e3, 2))
+    return out
+
+
+def dequant_gather(quick: bool) -> tuple[dict, dict]:
+    """Gather + dequantise of N picked FP8 rows (the decode kernel's input stage) against
+    torch.clone of the same bytes (N x 656)."""
+    from kernels_bridge.fp8 import FP8_ROW_BYTES, dequantize_kv_fp8_f32, quantize_kv_fp8
+
+    g = torch.Generator().manual_seed(3)
+    n_cache, n_pick = 65536, 16384
+    cache = quantize_kv_fp8(torch.randn(n_cache, 576, generator=g).to(torch.bfloat16))
+    picks = torch.randint(0, n_cache, (n_pick,), generator=g)
+    same_bytes = torch.empty(n_pick * FP8_ROW_BYTES, dtype=torch.uint8)
+    t = interleaved({"gather_dequant": lambda: dequantize_kv_fp8_f32(cache.index_select(0, picks)),
+                     "clone": lambda: same_bytes.clone()}, 5 if quick else 15)
+    nbytes = n_pick * FP8_ROW_BYTES
+    gbs = {k: nbytes / v / 1e9 for k, v in t.items()}
+    ratio = gbs["gather_dequant"] / gbs["clone"]
+    return ({"rows": n_pick, "bytes": nbytes, "gather_dequant_gbs": round(gbs["gather_dequant"], 2),
+             "clone_gbs": round(gbs["clone"], 2), "ratio": round(ratio, 3)},
+            {"dequant_gather_vs_clone": goal(ratio, 0.3, "min")})
+
+
+def run(quick: bool) -> str:
+    torch.manual_seed(0)
+    rates, goals, batches = kernel_rates(quick)
+    curves = latency_curves(quick)
+    dq, dq_goal = dequant_gather(quick)
+    goals.update(dq_goal)
+    line_plot("kernels_latency_vs_topk", "CPU reference FP8 sparse decode (h_q 128)", "top-k", "ms per call",
+              curves["topk"], {"batch 1": curves["decode_ms_b1"], "batch 4": curves["decode_ms_b4"]})
+    line_plot("kernels_gflops_vs_batch", "CPU reference kernels vs float32 matmul (top-k 2048, h_q 128)",
+              "batch (queries)", "GFLOP/s", batches,
+              {name: [rates[f"b{b}"][f"{name}_gflops"] for b in batches] for name in ("decode", "prefill", "matmul")})
+    return write_result("kernels", {"rates": rates, "latency": curves, "dequant_gather": dq,
+                                    "threads": torch.get_num_threads()}, goals, quick)
+
+
+if __name__ == "__main__":
+    print(run("--quick" in sys.argv))
