@@ -65,6 +65,7 @@ ROW_LAYOUTS = {
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _INT32_MAX = 2**31 - 1
+_STAGING_BYTES = 32 << 20
 
 
 class HotBufferError(ValueError):
@@ -170,6 +171,11 @@ class HotBuffer:
 
         num_requests, max_seq_len = int(host_pool.shape[0]), int(host_pool.shape[1])
         rows_per_request = buffer_size + page_size
+        if num_requests * max_seq_len >= _INT32_MAX:
+            raise HotBufferError(
+                f"host_pool: {_describe(host_pool)}; expected num_requests * max_seq_len < "
+                f"{_INT32_MAX} (positions are indexed as int32)"
+            )
         if num_requests * rows_per_request > _INT32_MAX:
             raise HotBufferError(
                 f"num_requests * (buffer_size + page_size) = {num_requests * rows_per_request}; "
@@ -194,11 +200,33 @@ class HotBuffer:
             (num_requests * rows_per_request, *row_shape), dtype=host_pool.dtype, device=dev
         )
         self._slot_pos = torch.full((num_requests, buffer_size), -1, dtype=torch.int64, device=dev)
-        self._pos_slot = torch.full((num_requests, max_seq_len), -1, dtype=torch.int32, device=dev)
+        # flat, index r * S + p, plus one trailing sink entry that always reads -1; int16 (as
+        # SGLang's lru_slots) whenever slot numbers fit: half the bytes of the largest table
+        self._slot_dtype = torch.int16 if buffer_size < 2**15 else torch.int32
+        self._pos_slot = torch.full(
+            (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
+        )
         self._lru_init = torch.arange(buffer_size, dtype=torch.int64, device=dev)
+        self._arange32 = self._lru_init.to(torch.int32)
+        self._reserved_plus_one = torch.tensor(buffer_size + 1, dtype=torch.int32, device=dev)
         self._lru = self._lru_init.repeat(num_requests, 1)
         self._newest_pos = torch.full((num_requests,), -1, dtype=torch.int64, device=dev)
+        self._seq_len = torch.zeros((num_requests,), dtype=torch.int64, device=dev)
         self._stats = [0, 0, 0, 0, 0]  # steps, hits, misses, rows, bytes
+
+        # Copies move whole int64 words when the rows allow it (exact, much faster than bytes).
+        self._copy_src, self._copy_dst = self._host_rows, self.buffer
+        if self._row_bytes % 8 == 0:
+            try:
+                self._copy_src = self._host_rows.view(torch.int64)
+                self._copy_dst = self.buffer.view(torch.int64)
+            except RuntimeError:  # a host pool at an unaligned storage offset: copy bytes
+                self._copy_src, self._copy_dst = self._host_rows, self.buffer
+        # Reused staging for the gathered rows: a fresh large allocation per call would cost
+        # more in page faults than the copy itself. At most _STAGING_BYTES, copied in chunks.
+        self._staging = None
+        self._staging_rows = max(1, _STAGING_BYTES // self._row_bytes)
+        self._copy_done = None  # CUDA event of the last host -> device copy from the staging
 
     # ------------------------------------------------------------------ properties
     @property
@@ -295,9 +323,10 @@ class HotBuffer:
             return
         rid = rid.to(self._device)
         self._slot_pos[rid] = -1
-        self._pos_slot[rid] = -1
+        self._pos_slot[:-1].view(self._num_requests, self._max_seq_len)[rid] = -1
         self._lru[rid] = self._lru_init
         self._newest_pos[rid] = -1
+        self._seq_len[rid] = 0
 
     def reset(self) -> None:
         """Free every request and zero the statistics."""
@@ -375,9 +404,11 @@ class HotBuffer:
             raise HotBufferError(f"{name}: {_describe(t)}; expected an integer tensor {shape_doc}")
         if t.dim() != ndim:
             raise HotBufferError(f"{name}: {_describe(t)}; expected {ndim}-D {shape_doc}")
-        return t.to(self._device, torch.int64)
+        return t.to(self._device)
 
     def _validate(self, req_ids, seq_lens, positions):
+        """Check everything a translate needs; returns rid int64 [n], lens int64 [n] and
+        pos int32 [n, k] on the device (int32 once its range is known to fit)."""
         rid = self._int_tensor("req_ids", req_ids, 1, "[n]")
         n = rid.shape[0]
         lens = self._int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}")
@@ -396,16 +427,18 @@ class HotBuffer:
                 f"positions: {_describe(positions)}; expected top_k <= buffer_size "
                 f"{self._buffer_size}"
             )
-        if n == 0:
-            return rid, lens, pos
+        rid, lens = rid.long(), lens.long()
+        if n == 0 or top_k == 0:
+            low = high = torch.zeros((), dtype=torch.bool, device=self._device)
+        else:
+            low = pos.amin() < -1
+            high = (pos.amax(1).long() >= lens).any()
         # All range checks in one host sync; details are computed only on the error path.
         bad_rid = (rid < 0) | (rid >= self._num_requests)
         srt = torch.sort(rid).values
         dup = srt[1:] == srt[:-1]
         bad_len = (lens < 1) | (lens > self._max_seq_len)
-        low = pos < -1
-        high = pos >= lens[:, None]
-        flags = torch.stack([bad_rid.any(), dup.any(), bad_len.any(), low.any(), high.any()])
+        flags = torch.stack([bad_rid.any(), dup.any(), bad_len.any(), low, high])
         f_rid, f_dup, f_len, f_low, f_high = flags.tolist()
         if f_rid:
             i = int(bad_rid.nonzero()[0, 0])
@@ -424,69 +457,78 @@ class HotBuffer:
                 f"1 <= seq_len <= max_seq_len {self._max_seq_len}"
             )
         if f_low or f_high:
-            i, j = (low | high).nonzero()[0].tolist()
+            p64 = pos.long()
+            i, j = ((p64 < -1) | (p64 >= lens[:, None])).nonzero()[0].tolist()
             raise HotBufferError(
-                f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(pos[i, j])}; expected -1 "
+                f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
                 f"(padding) or 0 <= position < seq_len {int(lens[i])}"
             )
-        return rid, lens, pos
+        return rid, lens, pos.to(torch.int32)
 
     # ------------------------------------------------------------------ the work
     def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Translate validated inputs (int64 on the device: rid [n], lens [n], pos [n, k])."""
         n, top_k = pos.shape
-        out = torch.full((n, top_k), -1, dtype=torch.int32, device=self._device)
         self._stats[0] += 1
         if n == 0:
-            return out
-        self._forget_beyond(rid, lens)
+            return torch.full((0, top_k), -1, dtype=torch.int32, device=self._device)
+        last = self._seq_len.index_select(0, rid)
+        if bool((lens < last).any()):
+            self._forget_beyond(rid, lens)
+        self._seq_len.index_copy_(0, rid, lens)
+
         short = lens <= self._buffer_size
-        srcs, dsts, counts = [], [], []
-        for mask, fn in ((short, self._translate_short), (~short, self._translate_long)):
-            rows = mask.nonzero().squeeze(1)
-            if rows.numel():
-                res, src, dst, hits, misses = fn(rid[rows], lens[rows], pos[rows])
+        n_short = int(short.sum())
+        if n_short in (0, n):  # one group: no splitting and merging
+            fn = self._translate_short if n_short else self._translate_long
+            out, src, dst, hits, misses = fn(rid, lens, pos)
+        else:
+            out = torch.empty((n, top_k), dtype=torch.int32, device=self._device)
+            srcs, dsts, hits, misses = [], [], 0, 0
+            for rows, fn in (
+                (short.nonzero().squeeze(1), self._translate_short),
+                ((~short).nonzero().squeeze(1), self._translate_long),
+            ):
+                res, s, d, h, m = fn(rid[rows], lens[rows], pos[rows])
                 out[rows] = res
-                srcs.append(src)
-                dsts.append(dst)
-                counts += [hits, misses]
-        src = torch.cat(srcs)
-        dst = torch.cat(dsts)
-        hm = torch.stack(counts).view(-1, 2).sum(0).tolist()  # one sync for the counters
+                srcs.append(s)
+                dsts.append(d)
+                hits, misses = hits + h, misses + m
+            src, dst = torch.cat(srcs), torch.cat(dsts)
+        hits, misses = torch.stack([hits, misses]).tolist()  # the one sync for the counters
         self._copy_rows(src, dst)
-        self._stats[1] += hm[0]
-        self._stats[2] += hm[1]
+        self._stats[1] += hits
+        self._stats[2] += misses
         self._stats[3] += src.numel()
         self._stats[4] += src.numel() * self._row_bytes
         return out
 
     def _forget_beyond(self, rid: torch.Tensor, lens: torch.Tensor) -> None:
         """Drop residency of positions >= seq_len (after a rollback their host rows change)."""
-        sp = self._slot_pos[rid]  # [n, B]
+        sp = self._slot_pos.index_select(0, rid)  # [n, B]
         stale = sp >= lens[:, None]
-        if bool(stale.any()):
-            i, s = stale.nonzero(as_tuple=True)
-            self._pos_slot[rid[i], sp[i, s]] = -1
-            self._slot_pos[rid[i], s] = -1
+        i, s = stale.nonzero(as_tuple=True)
+        r = rid[i]
+        self._pos_slot[r * self._max_seq_len + sp[i, s]] = -1
+        self._slot_pos[r, s] = -1
         newest = self._newest_pos[rid]
         self._newest_pos[rid] = torch.where(newest >= lens, -1, newest)
 
     def _translate_short(self, rid, lens, pos):
         """seq_len <= B: slot = position; make the whole prefix resident in order.
 
-        rid, lens int64 [m]; pos int64 [m, k]. Returns (out int32 [m, k], src int64 [c] host rows,
-        dst int64 [c] buffer rows, hits, misses as 0-d tensors).
+        rid, lens int64 [m]; pos int32 [m, k]. Returns (out int32 [m, k], src int64 [c] flat
+        host rows, dst int64 [c] buffer rows, hits, misses as 0-d int64 tensors).
         """
         m = rid.shape[0]
-        B = self._buffer_size
+        B, S = self._buffer_size, self._max_seq_len
         slots = self._lru_init  # arange(B)
-        sp = self._slot_pos[rid]  # [m, B]
+        sp = self._slot_pos.index_select(0, rid)  # [m, B]
         resident = sp == slots
-        valid = pos >= 0
-        # requested[j, s]: position s is asked for by request j (positions < seq_len <= B)
+        # requested[j, 1 + s]: position s is asked for (column 0 absorbs the padding)
         requested = torch.zeros((m, B + 1), dtype=torch.bool, device=self._device)
-        requested.scatter_(1, torch.where(valid, pos, B), True)
-        requested = requested[:, :B]
+        requested.scatter_(1, (pos + 1).long(), True)
+        requested = requested[:, 1:]
         hits = (requested & resident).sum()
         misses = (requested & ~resident).sum()
 
@@ -494,120 +536,139 @@ class HotBuffer:
         j, s = fill.nonzero(as_tuple=True)
         r = rid[j]
         occupant = sp[j, s]  # position now in slot s (to be evicted), or -1
-        home = self._pos_slot[r, s].long()  # slot now holding position s elsewhere, or -1
+        home = self._pos_slot[r * S + s].long()  # slot now holding position s elsewhere, or -1
         o = occupant >= 0
-        self._pos_slot[r[o], occupant[o]] = -1
+        self._pos_slot[r[o] * S + occupant[o]] = -1
         h = home >= 0
         self._slot_pos[r[h], home[h]] = -1
         # set last: a filled slot may be another fill's old home, a filled position an occupant
         self._slot_pos[r, s] = s
-        self._pos_slot[r, s] = s.to(torch.int32)
+        self._pos_slot[r * S + s] = s.to(self._slot_dtype)
 
-        base = rid[:, None] * self._stride
-        out = torch.where(valid, base + pos, -1).to(torch.int32)
-        return out, r * self._max_seq_len + s, r * self._stride + s, hits, misses
+        out = pos + (pos >= 0) * (rid * self._stride).to(torch.int32)[:, None]
+        return out, r * S + s, r * self._stride + s, hits, misses
 
     def _translate_long(self, rid, lens, pos):
         """seq_len > B: LRU over slots 0..B-1, newest token in the reserved slot B.
 
-        rid, lens int64 [g]; pos int64 [g, k]. Returns as :meth:`_translate_short`.
+        rid, lens int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
+        Arithmetic runs in int32 and selects are multiplications by masks: on the CPU both are
+        several times faster than int64 and torch.where.
         """
         g, top_k = pos.shape
-        B, S = self._buffer_size, self._max_seq_len
+        B, S, W = self._buffer_size, self._max_seq_len, self._stride
         dev = self._device
-        pos_slot = self._pos_slot.view(-1)  # flat [R * S], index r * S + p
+        i32 = torch.int32
+        pos_slot = self._pos_slot  # [R * S + 1], index r * S + p; the last entry is a sink
+        sink = pos_slot.numel() - 1
 
         newest = lens - 1
-        valid = pos >= 0
-        is_newest = pos == newest[:, None]
-        cand = valid & ~is_newest  # positions served by the LRU slots
-        flat = rid[:, None] * S + pos.clamp(min=0)  # [g, k]
-        cur = pos_slot[flat].long()  # slot holding each position, -1 if not resident
-        hit = cand & (cur >= 0)
-        miss = cand & (cur < 0)
+        is_newest = pos == newest.to(i32)[:, None]
+        cand = (pos >= 0) ^ is_newest  # positions served by the LRU slots
+        # flat index r * S + p of each candidate; everything else reads the sink
+        flat = (((pos + (rid * S - sink).to(i32)[:, None]) * cand) + sink).view(-1)  # [g * k]
+        cur = pos_slot.index_select(0, flat)  # [g * k]: slot of each position, else -1
+        hit = cur >= 0  # the sink reads -1, so only candidates can hit
+        miss = cand.view(-1) ^ hit
 
-        # First occurrence of each missed position (row order ranks the misses, as SGLang's
-        # kernel does; a duplicate shares the first's slot). The missed positions' entries of
-        # _pos_slot are -1 and are all overwritten by their new slot below, so they serve as the
-        # scratch of an amin-scatter of column indices.
-        m_flat = flat[miss]
-        m_col = torch.arange(top_k, device=dev, dtype=torch.int32).expand(g, top_k)[miss]
+        # First occurrence of each missed position: row order ranks the misses, as in SGLang's
+        # kernel, and a duplicate shares the first's slot. The missed positions' _pos_slot
+        # entries are -1 and all get their new slot below, so they serve as the scratch of an
+        # amin-scatter of column numbers (rows are distinct requests: disjoint entries).
+        mi = miss.nonzero().squeeze(1)  # int64 [nm] entry ids, row-major
+        m_flat = flat.index_select(0, mi).long()
+        m_col = (mi % top_k).to(pos_slot.dtype)  # top_k <= B fits the slot dtype
         pos_slot.scatter_reduce_(0, m_flat, m_col, reduce="amin", include_self=False)
-        first_miss = torch.zeros_like(miss)
-        first_miss[miss] = pos_slot[m_flat] == m_col
-        n_miss = first_miss.sum(1)  # [g]
+        first = (pos_slot.index_select(0, m_flat) == m_col).nonzero().squeeze(1)
+        f_entry = mi.index_select(0, first)  # [f] entry ids of the distinct misses, row-major
+        f_flat = m_flat.index_select(0, first)  # their r * S + p, also their host row
+        f_row = torch.div(f_entry, top_k, rounding_mode="floor")
+        n_miss = torch.bincount(f_row, minlength=g)  # int64 [g]
+        f_rank = torch.arange(f_entry.numel(), device=dev) - (n_miss.cumsum(0) - n_miss)[f_row]
 
-        # needed[j, s]: LRU slot s is hit this step (column B absorbs the non-hits)
+        # hit_in_order[j, t]: the t-th least-recently-used slot of row j is hit this step
         needed = torch.zeros((g, B + 1), dtype=torch.bool, device=dev)
-        needed.scatter_(1, torch.where(hit, cur, B), True)
-        needed = needed[:, :B]
-        n_hit_slots = needed.sum(1)  # distinct hits
-        n_evictable = B - n_hit_slots  # >= n_miss since distinct candidates <= top_k <= B
-
-        lru = self._lru[rid]  # [g, B] slots, LRU first
-        hit_in_order = needed.gather(1, lru)
+        needed.scatter_(1, (cur + 1).long().view(g, top_k), True)  # column 0 takes non-hits
+        lru = self._lru.index_select(0, rid)  # int64 [g, B] slots, LRU first
+        hit_in_order = needed[:, 1:].gather(1, lru)
         evictable = ~hit_in_order
-        ev_rank = evictable.cumsum(1) - 1  # rank among evictable slots, LRU first
-        hit_rank = hit_in_order.cumsum(1) - 1
-        # evict_list[j, i]: the i-th least-recently-used evictable slot (column B absorbs hits)
+        ev_count = evictable.cumsum(1, dtype=i32)  # evictable slots among the first t + 1
+        n_ev = ev_count[:, -1:]  # [g, 1] >= misses, since distinct candidates <= top_k <= B
+        # evict_list[j, 1 + i]: the i-th least-recently-used evictable slot (column 0: hits)
         evict_list = torch.empty((g, B + 1), dtype=torch.int64, device=dev)
-        evict_list.scatter_(1, torch.where(evictable, ev_rank, B), lru)
-        miss_rank = first_miss.cumsum(1) - 1
-        target = evict_list.gather(1, miss_rank.clamp(min=0))  # [g, k], meaningful at first_miss
+        evict_list.scatter_(1, (ev_count * evictable).long(), lru)
+        slot = evict_list.view(-1).index_select(0, f_row * (B + 1) + 1 + f_rank)  # [f]
 
-        j, c = first_miss.nonzero(as_tuple=True)
-        r = rid[j]
-        slot = target[j, c]
-        p = pos[j, c]
-        occupant = self._slot_pos[r, slot]
-        o = occupant >= 0
-        pos_slot[r[o] * S + occupant[o]] = -1
-        self._slot_pos[r, slot] = p
-        pos_slot[r * S + p] = slot.to(torch.int32)
+        # Evict the occupants, place the misses.
+        r = rid.index_select(0, f_row)
+        sp_idx = r * B + slot
+        slot_pos = self._slot_pos.view(-1)
+        occupant = slot_pos.index_select(0, sp_idx)
+        pos_slot.index_fill_(0, (occupant + r * S - sink) * (occupant >= 0) + sink, -1)
+        slot_pos.index_copy_(0, sp_idx, f_flat - r * S)
+        pos_slot.index_copy_(0, f_flat, slot.to(pos_slot.dtype))
 
-        # New LRU order: stale evictables, then the slots just filled (miss order), then hits.
-        nm = n_miss[:, None]
-        ne = n_evictable[:, None]
-        dest = torch.where(
-            evictable,
-            torch.where(ev_rank >= nm, ev_rank - nm, ne - nm + ev_rank),
-            ne + hit_rank,
-        )
-        self._lru[rid] = torch.empty_like(lru).scatter_(1, dest, lru)
+        # New LRU order (SGLang's): the evictables left over keep their order at the front,
+        # then the slots just filled in miss order, then the hits in their old order.
+        stale = ev_count - (n_miss.to(i32)[:, None] + 1)  # evictable rank - misses; < 0: filled
+        stale += n_ev * (stale < 0)
+        hit_dest = (n_ev - ev_count) + self._arange32  # n_ev + hit rank, on the hit slots
+        dest = stale + (hit_dest - stale) * hit_in_order
+        self._lru.index_copy_(0, rid, torch.empty_like(lru).scatter_(1, dest.long(), lru))
 
         # The reserved slot always holds the newest token.
-        refresh = self._newest_pos[rid] != newest
-        self._newest_pos[rid] = newest
+        refresh = self._newest_pos.index_select(0, rid) != newest
+        self._newest_pos.index_copy_(0, rid, newest)
         newest_asked = is_newest.any(1)
-        hits = n_hit_slots.sum() + (newest_asked & ~refresh).sum()
+        hits = (B - n_ev).sum() + (newest_asked & ~refresh).sum()
         misses = n_miss.sum() + (newest_asked & refresh).sum()
         rr = rid[refresh]
-        src = torch.cat([r * S + p, rr * S + newest[refresh]])
-        dst = torch.cat([r * self._stride + slot, rr * self._stride + B])
+        src = torch.cat([f_flat, rr * S + newest[refresh]])
+        dst = torch.cat([r * W + slot, rr * W + B])
 
-        base = rid[:, None] * self._stride
-        slot_now = pos_slot[flat].long()
-        out = torch.where(cand, base + slot_now, torch.where(is_newest, base + B, -1))
-        return out.to(torch.int32), src, dst, hits, misses
+        # Output: hits keep the slot read above; misses (and their duplicates) read their new one.
+        cur.index_copy_(0, mi, pos_slot.index_select(0, m_flat))
+        v = cur.view(g, top_k).to(i32) + is_newest * self._reserved_plus_one  # -1 + B + 1
+        out = v + (v >= 0) * (rid * W).to(i32)[:, None]
+        return out, src, dst, hits, misses
 
     def _copy_rows(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """buffer[dst[i]] = host_rows[src[i]] for all i, as one gather and one scatter.
+        """buffer[dst[i]] = host_rows[src[i]] for all i: a gather into a staging buffer and one
+        scatter per chunk of rows.
 
         src: int64 [c] flat host rows (r * max_seq_len + p); dst: int64 [c] distinct buffer rows.
+        Rows move as int64 words where the layout allows (656 and 1152 bytes are whole words):
+        an exact bit copy, several times faster than per-byte indexing.
         """
-        if src.numel() == 0:
+        total = src.numel()
+        if total == 0:
             return
         src = src.cpu()
-        if self._device.type == "cpu":
-            rows = self._host_rows.index_select(0, src)
-        else:
-            # Gather into pinned memory so the host -> device copy is a DMA; the caching host
-            # allocator keeps the staging block alive until that copy has finished.
-            staging = torch.empty(
-                (src.numel(), *self._row_shape),
-                dtype=self._host_rows.dtype,
+        chunk = self._staging_rows
+        if self._staging is None:
+            self._staging = torch.empty(
+                (min(total, chunk), *self._copy_src.shape[1:]),
+                dtype=self._copy_src.dtype,
                 pin_memory=self._device.type == "cuda",
             )
-            torch.index_select(self._host_rows, 0, src, out=staging)
-            rows = staging.to(self._device, non_blocking=True)
-        self.buffer.index_copy_(0, dst, rows)
+        elif self._staging.shape[0] < min(total, chunk):
+            self._staging = None  # free before growing
+            self._staging = torch.empty(
+                (min(total, chunk), *self._copy_src.shape[1:]),
+                dtype=self._copy_src.dtype,
+                pin_memory=self._device.type == "cuda",
+            )
+        for start in range(0, total, chunk):
+            stop = min(start + chunk, total)
+            staging = self._staging[: stop - start]
+            if self._copy_done is not None:
+                self._copy_done.synchronize()  # the last host -> device copy read the staging
+            torch.index_select(self._copy_src, 0, src[start:stop], out=staging)
+            if self._device.type == "cpu":
+                self._copy_dst.index_copy_(0, dst[start:stop], staging)
+            else:
+                rows = staging.to(self._device, non_blocking=True)
+                self._copy_dst.index_copy_(0, dst[start:stop], rows)
+                if self._device.type == "cuda":
+                    self._copy_done = torch.cuda.Event()
+                    self._copy_done.record()
