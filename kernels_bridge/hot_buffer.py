@@ -23,20 +23,24 @@ Data structures
                  whole pages so that the buffer views as FlashMLA's paged cache. Rows never
                  loaded are zero.
 ``_slot_pos``    int64 ``[R, B]``: position held by each LRU slot, -1 if empty.
-``_pos_slot``    int32 ``[R, S]``: the inverse map, LRU slot holding each position, -1 if none.
+``_pos_slot``    int16 (CPU, B < 2**15) or int32 ``[R * S + 1]``: the inverse map, flat index
+                 ``r * S + p`` -> LRU slot holding that position, -1 if none; the last entry is
+                 a sink that stays -1, so masked lookups and writes need no branches.
                  ``_slot_pos`` and ``_pos_slot`` are always exact inverses on their resident
-                 entries, so a hit test is one gather and an eviction is two scatters.
+                 entries: a hit test is one gather, an eviction two scatters.
 ``_lru``         int64 ``[R, B]``: each request's LRU slots ordered least- to most-recently used
                  (SGLang's ``lru_slots``), a strict total order; eviction takes from the front.
 ``_newest_pos``  int64 ``[R]``: position held by the reserved slot, -1 if none.
+``_seq_len``     int64 ``[R]``: the last seq_len seen, to notice a rollback cheaply.
 
 Translation, per request (all requests of a call are processed together with batched tensor
 ops; there is no Python loop over requests or tokens):
 
-* ``seq_len <= B`` (short): slot = position. Like SGLang, where a short request's whole prefix
+* ``seq_len <= B`` (short): slot = position. As in SGLang, where a short request's whole prefix
   lives in its buffer in order (prefill writes it, decode appends in place), every position
   ``0 .. seq_len-1`` is made resident in its own slot; rows not yet there are copied from the
-  host. The LRU order is left untouched, as in SGLang's fast path.
+  host. The LRU order is left untouched, as in SGLang's fast path, so a request that grows
+  past ``B`` starts its long phase with positions ``0 .. B-1`` resident in slots ``0 .. B-1``.
 * ``seq_len > B`` (long): the newest token maps to the reserved slot (copied there whenever the
   newest position changed, requested or not). Every other requested position that is resident
   keeps its slot (a hit). The misses, taken in order of first appearance in the row, take the
@@ -44,12 +48,19 @@ ops; there is no Python loop over requests or tokens):
   copied. The new LRU order is SGLang's: untouched slots first (in their old order), then the
   slots just filled (in miss order), then the slots hit (in their old order).
 * ``-1`` is padding and maps to ``-1``; duplicates of a position map to its one slot.
+* A ``seq_len`` below the previous one (a speculative rollback) forgets the positions at and
+  beyond it first: their host rows are about to be rewritten.
 
 Every argument is validated before any state changes, so a translate either applies fully or
 raises :class:`HotBufferError` and leaves the buffer, the maps and the statistics as they were.
+
+All the copies of one translate are one gather from the host pool into a reused staging buffer
+(pinned for CUDA) and one scatter into the buffer, moving rows as int64 words. A ``HotBuffer``
+is not thread-safe, and its data-dependent shapes keep it out of CUDA graphs.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Iterable, Union
 
@@ -157,8 +168,13 @@ class HotBuffer:
                 f"(rows are copied by flat index)"
             )
         for name, value in (("buffer_size", buffer_size), ("page_size", page_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            try:
+                ok = not isinstance(value, bool) and operator.index(value) >= 1
+            except TypeError:
+                ok = False
+            if not ok:
                 raise HotBufferError(f"{name}: got {value!r}; expected an int >= 1")
+        buffer_size, page_size = operator.index(buffer_size), operator.index(page_size)
         if buffer_size % page_size:
             raise HotBufferError(
                 f"buffer_size: got {buffer_size}; expected a multiple of page_size {page_size} "
@@ -196,13 +212,15 @@ class HotBuffer:
         self._device = dev
         self._row_bytes = host_pool.element_size() * row_shape[0]
 
-        self.buffer = torch.zeros(
+        self._buffer = torch.zeros(
             (num_requests * rows_per_request, *row_shape), dtype=host_pool.dtype, device=dev
         )
         self._slot_pos = torch.full((num_requests, buffer_size), -1, dtype=torch.int64, device=dev)
-        # flat, index r * S + p, plus one trailing sink entry that always reads -1; int16 (as
-        # SGLang's lru_slots) whenever slot numbers fit: half the bytes of the largest table
-        self._slot_dtype = torch.int16 if buffer_size < 2**15 else torch.int32
+        # flat, index r * S + p, plus one trailing sink entry that always reads -1. On the CPU
+        # int16 (as SGLang's lru_slots) when slot numbers fit: half the bytes of the largest
+        # table, so its random gathers hit the cache more; elsewhere int32 (portable atomics).
+        small = dev.type == "cpu" and buffer_size < 2**15
+        self._slot_dtype = torch.int16 if small else torch.int32
         self._pos_slot = torch.full(
             (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
         )
@@ -215,13 +233,13 @@ class HotBuffer:
         self._stats = [0, 0, 0, 0, 0]  # steps, hits, misses, rows, bytes
 
         # Copies move whole int64 words when the rows allow it (exact, much faster than bytes).
-        self._copy_src, self._copy_dst = self._host_rows, self.buffer
+        self._copy_src, self._copy_dst = self._host_rows, self._buffer
         if self._row_bytes % 8 == 0:
             try:
                 self._copy_src = self._host_rows.view(torch.int64)
-                self._copy_dst = self.buffer.view(torch.int64)
+                self._copy_dst = self._buffer.view(torch.int64)
             except RuntimeError:  # a host pool at an unaligned storage offset: copy bytes
-                self._copy_src, self._copy_dst = self._host_rows, self.buffer
+                self._copy_src, self._copy_dst = self._host_rows, self._buffer
         # Reused staging for the gathered rows: a fresh large allocation per call would cost
         # more in page faults than the copy itself. At most _STAGING_BYTES, copied in chunks.
         self._staging = None
@@ -229,6 +247,13 @@ class HotBuffer:
         self._copy_done = None  # CUDA event of the last host -> device copy from the staging
 
     # ------------------------------------------------------------------ properties
+    @property
+    def buffer(self) -> torch.Tensor:
+        """The device rows ``[num_requests * (buffer_size + page_size), *row]``; request ``r``
+        owns rows ``r * rows_per_request ..``, its reserved newest-token row is
+        ``r * rows_per_request + buffer_size``. Rows never loaded are zero."""
+        return self._buffer
+
     @property
     def host_pool(self) -> torch.Tensor:
         """The host pool ``[num_requests, max_seq_len, *row]`` this buffer copies from."""
@@ -293,8 +318,8 @@ class HotBuffer:
             bf16: bfloat16 ``[rows, 1, 576]`` (flashmla_sparse's kv).
         """
         if self._kind == "fp8":
-            return self.buffer.view(-1, self._page_size, 1, self._row_shape[0])
-        return self.buffer.view(-1, 1, self._row_shape[0])
+            return self._buffer.view(-1, self._page_size, 1, self._row_shape[0])
+        return self._buffer.view(-1, 1, self._row_shape[0])
 
     def slot_positions(self, req_id: int) -> torch.Tensor:
         """int64 ``[buffer_size + 1]``: the position held by each LRU slot of ``req_id`` and, last,
@@ -306,7 +331,7 @@ class HotBuffer:
         """int64 ``[buffer_size]``: the LRU slots of ``req_id``, least- to most-recently used
         (eviction takes from the front). A copy."""
         r = self._check_req_scalar(req_id)
-        return self._lru[r].cpu()
+        return self._lru[r].to("cpu", copy=True)
 
     # ------------------------------------------------------------------ lifecycle
     def free(self, req_ids: IntArg) -> None:
@@ -327,6 +352,27 @@ class HotBuffer:
         self._lru[rid] = self._lru_init
         self._newest_pos[rid] = -1
         self._seq_len[rid] = 0
+
+    def truncate(self, req_id: int, seq_len: int) -> None:
+        """Forget the positions ``>= seq_len`` of ``req_id`` (a speculative rollback), before the
+        host rows there are rewritten. A translate at a smaller seq_len does the same by itself;
+        call this when the rows change before the next translate sees the shorter length.
+
+        Args:
+            req_id: an int in ``[0, num_requests)``.
+            seq_len: an int in ``[0, max_seq_len]``; 0 forgets every position.
+        """
+        r = self._check_req_scalar(req_id)
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not (
+            0 <= seq_len <= self._max_seq_len
+        ):
+            raise HotBufferError(
+                f"seq_len: got {seq_len!r}; expected an int in [0, {self._max_seq_len}]"
+            )
+        rid = torch.tensor([r], device=self._device)
+        lens = torch.tensor([seq_len], device=self._device)
+        self._forget_beyond(rid, lens)
+        self._seq_len[r] = min(int(self._seq_len[r]), seq_len)
 
     def reset(self) -> None:
         """Free every request and zero the statistics."""
@@ -463,7 +509,7 @@ class HotBuffer:
                 f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
                 f"(padding) or 0 <= position < seq_len {int(lens[i])}"
             )
-        return rid, lens, pos.to(torch.int32)
+        return rid, lens, pos.to(torch.int32).contiguous()
 
     # ------------------------------------------------------------------ the work
     def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,17 @@ class LRUModel:
         self.lru[req_id] = list(range(self.buffer_size))
         self.newest[req_id] = -1
 
+    def truncate(self, req_id, seq_len):
+        self._forget_beyond(req_id, seq_len)
+
+    def _forget_beyond(self, r, L):
+        for slot, p in enumerate(self.slot_pos[r]):
+            if p >= L:
+                del self.pos_slot[r][p]
+                self.slot_pos[r][slot] = -1
+        if self.newest[r] >= L:
+            self.newest[r] = -1
+
     def _copy(self, r, slot, p):
         self.buffer[r * self.stride + slot].copy_(self.host_pool[r, p])
         self.stats["rows_copied"] += 1
@@ -81,13 +92,7 @@ class LRUModel:
         self.stats["steps"] += 1
         out = []
         for r, L, row in zip(req_ids, seq_lens, positions):
-            # rollback: positions >= L are gone
-            for slot, p in enumerate(self.slot_pos[r]):
-                if p >= L:
-                    del self.pos_slot[r][p]
-                    self.slot_pos[r][slot] = -1
-            if self.newest[r] >= L:
-                self.newest[r] = -1
+            self._forget_beyond(r, L)  # a rollback: positions >= L are gone
             base = r * self.stride
             if L <= self.buffer_size:
                 out.append(self._short(r, L, row, base))
