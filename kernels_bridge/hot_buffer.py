@@ -341,7 +341,8 @@ class HotBuffer:
         ``host_pool[r]``. Buffer bytes are left as they are (never read before being rewritten).
 
         Args:
-            req_ids: an int, or int ``[n]`` (tensor or sequence) of distinct-or-repeated ids.
+            req_ids: an int, or ints ``[n]`` (an integer tensor or a sequence); repeats are
+                harmless.
         """
         rid = self._check_req_list(req_ids)
         if rid.numel() == 0:
@@ -690,17 +691,14 @@ class HotBuffer:
         if total == 0:
             return
         src = src.cpu()
-        chunk = self._staging_rows
-        if self._staging is None:
+        chunk = min(total, self._staging_rows)
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the last host -> device copy has read the staging
+            self._copy_done = None
+        if self._staging is None or self._staging.shape[0] < chunk:
+            self._staging = None  # release the old block before allocating the larger one
             self._staging = torch.empty(
-                (min(total, chunk), *self._copy_src.shape[1:]),
-                dtype=self._copy_src.dtype,
-                pin_memory=self._device.type == "cuda",
-            )
-        elif self._staging.shape[0] < min(total, chunk):
-            self._staging = None  # free before growing
-            self._staging = torch.empty(
-                (min(total, chunk), *self._copy_src.shape[1:]),
+                (chunk, *self._copy_src.shape[1:]),
                 dtype=self._copy_src.dtype,
                 pin_memory=self._device.type == "cuda",
             )
@@ -708,13 +706,13 @@ class HotBuffer:
             stop = min(start + chunk, total)
             staging = self._staging[: stop - start]
             if self._copy_done is not None:
-                self._copy_done.synchronize()  # the last host -> device copy read the staging
+                self._copy_done.synchronize()
             torch.index_select(self._copy_src, 0, src[start:stop], out=staging)
             if self._device.type == "cpu":
                 self._copy_dst.index_copy_(0, dst[start:stop], staging)
-            else:
-                rows = staging.to(self._device, non_blocking=True)
-                self._copy_dst.index_copy_(0, dst[start:stop], rows)
-                if self._device.type == "cuda":
-                    self._copy_done = torch.cuda.Event()
-                    self._copy_done.record()
+                continue
+            rows = staging.to(self._device, non_blocking=True)
+            self._copy_dst.index_copy_(0, dst[start:stop], rows)
+            if self._device.type == "cuda":
+                self._copy_done = torch.cuda.Event()
+                self._copy_done.record()

@@ -577,3 +577,25 @@ def test_matches_the_model_on_a_decode_stream(kind):
         assert torch.equal(got, model.translate(ids, sl, rows))
     assert_agrees(hb, model)
     assert hb.stats.hits > 0 and hb.stats.misses > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_copy_paths_agree(kind, aligned):
+    """Word-wise and byte-wise copies, one staging chunk or many: the same bytes land."""
+    R, S, B = 3, 300, 32
+    pool = make_pool(kind, R, S, seed=4)
+    if not aligned:  # the same rows at a storage offset that rules out int64 words
+        raw = torch.empty(pool.numel() + 1, dtype=pool.dtype)
+        raw[1:].copy_(pool.view(-1))
+        pool = raw[1:].view(pool.shape)
+    hb, model = HotBuffer(pool, B, page_size=8), LRUModel(pool, B, page_size=8)
+    assert (hb._copy_src.dtype == torch.int64) == aligned
+    hb._staging_rows = 7  # force several chunks through one small staging block
+    rng = random.Random(11)
+    for L in range(60, 70):
+        lens = [L, L - 50]  # one long request, one short
+        rows = [[rng.randrange(n) for _ in range(24)] for n in lens]
+        got = translate(hb, [0, 2], lens, rows)
+        assert torch.equal(got, model.translate([0, 2], lens, rows))
+    assert_agrees(hb, model)
