@@ -49,14 +49,16 @@ ops; there is no Python loop over requests or tokens):
   slots just filled (in miss order), then the slots hit (in their old order).
 * ``-1`` is padding and maps to ``-1``; duplicates of a position map to its one slot.
 * A ``seq_len`` below the previous one (a speculative rollback) forgets the positions at and
-  beyond it first: their host rows are about to be rewritten.
+  beyond it first: their host rows are about to be rewritten. :meth:`HotBuffer.truncate` does
+  the same explicitly; :meth:`HotBuffer.free` forgets a whole request.
 
 Every argument is validated before any state changes, so a translate either applies fully or
 raises :class:`HotBufferError` and leaves the buffer, the maps and the statistics as they were.
 
 All the copies of one translate are one gather from the host pool into a reused staging buffer
-(pinned for CUDA) and one scatter into the buffer, moving rows as int64 words. A ``HotBuffer``
-is not thread-safe, and its data-dependent shapes keep it out of CUDA graphs.
+(pinned for CUDA) and one scatter into the buffer per staging chunk of at most 8 MiB, moving
+rows as int64 words. A ``HotBuffer`` is not thread-safe, and its data-dependent shapes keep it
+out of CUDA graphs.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ ROW_LAYOUTS = {
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _INT32_MAX = 2**31 - 1
-_STAGING_BYTES = 32 << 20
+_STAGING_BYTES = 8 << 20  # about 12k FP8 or 7k BF16 rows per chunk
 
 
 class HotBufferError(ValueError):
