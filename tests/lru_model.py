@@ -2,13 +2,23 @@
 benchmark's baseline.
 
 Same constructor and ``translate`` as ``kernels_bridge.hot_buffer.HotBuffer`` and the same
-semantics, written the obvious way: per request a list ``slot_pos`` (slot -> position), a dict
-``pos_slot`` (position -> slot) and a list ``lru`` (slots, least- to most-recently used), one
-Python step per token and one row copy per missed token. Inputs may be Python lists or tensors.
+semantics (SGLang's HiSparse swap-in), written the obvious way: per request a list ``slot_pos``
+(slot -> position), a dict ``pos_slot`` (position -> slot) and a list ``lru`` (slots, least- to
+most-recently used), one Python step per token and one row copy per copied token. Inputs may be
+Python lists or tensors; the result is an int32 tensor like HotBuffer's.
+
+* short request (seq_len <= buffer_size): slot = position, the whole prefix made resident;
+* long request: the newest token in the reserved slot ``buffer_size``; hits keep their slots;
+  misses, in order of first appearance, take the least-recently-used slots not hit; the new LRU
+  order is [untouched slots] + [slots just filled, in miss order] + [hit slots, in old order].
 """
 from __future__ import annotations
 
 import torch
+
+
+def _as_list(x):
+    return x.tolist() if isinstance(x, torch.Tensor) else list(x)
 
 
 class LRUModel:
@@ -74,10 +84,12 @@ class LRUModel:
 
     def translate(self, req_ids, seq_lens, positions):
         """Returns int32 [n, top_k] flat buffer rows, -1 for padding."""
-        as_list = lambda x: x.tolist() if isinstance(x, torch.Tensor) else list(x)
-        req_ids, seq_lens = as_list(req_ids), as_list(seq_lens)
-        positions = [as_list(row) for row in positions]
-        top_k = len(positions[0]) if positions else 0
+        if isinstance(positions, torch.Tensor):
+            top_k = positions.shape[1]
+        else:
+            top_k = len(positions[0]) if len(positions) else 0
+        req_ids, seq_lens = _as_list(req_ids), _as_list(seq_lens)
+        positions = [_as_list(row) for row in positions]
         # validate everything before touching any state
         if len(set(req_ids)) != len(req_ids) or not (len(req_ids) == len(seq_lens) == len(positions)):
             raise ValueError("bad req_ids / lengths")
@@ -137,9 +149,7 @@ class LRUModel:
             self.stats["hits" if self.newest[r] == newest else "misses"] += 1
         if self.newest[r] != newest:
             self.newest[r] = newest
-            self.buffer[base + self.buffer_size].copy_(self.host_pool[r, newest])
-            self.stats["rows_copied"] += 1
-            self.stats["bytes_copied"] += self.row_bytes
+            self._copy(r, self.buffer_size, newest)
 
         result = []
         for p in row:
