@@ -516,7 +516,7 @@ class HotBuffer:
 
     # ------------------------------------------------------------------ the work
     def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Translate validated inputs (int64 on the device: rid [n], lens [n], pos [n, k])."""
+        """Translate validated inputs on the device: rid, lens int64 [n]; pos int32 [n, k]."""
         n, top_k = pos.shape
         self._stats[0] += 1
         if n == 0:
@@ -544,7 +544,7 @@ class HotBuffer:
                 dsts.append(d)
                 hits, misses = hits + h, misses + m
             src, dst = torch.cat(srcs), torch.cat(dsts)
-        hits, misses = torch.stack([hits, misses]).tolist()  # the one sync for the counters
+        hits, misses = torch.stack([hits, misses]).tolist()  # one host read for both counters
         self._copy_rows(src, dst)
         self._stats[1] += hits
         self._stats[2] += misses
