@@ -372,6 +372,60 @@ def cmd_replay(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
+def cmd_attend(argv) -> int:
+    policy = _pre_policy(argv)
+    parser = _Parser(prog="hisparse attend",
+                     description="A synthetic DSA decode workload end to end: the policy picks the decode "
+                                 "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
+                                 "HiSparse is on and the radix cache off unless the flags say otherwise.")
+    add_policy_options(parser)
+    w = parser.add_argument_group("workload")
+    w.add_argument("--requests", type=int, default=4, help="requests decoded together (default 4)")
+    w.add_argument("--context", type=int, default=4096, help="tokens of KV per request at the start (default 4096)")
+    w.add_argument("--heads", type=int, default=128, help="query heads: 64 or 128 (default 128)")
+    w.add_argument("--top-k", type=int, default=512, help="positions the indexer picks per step (default 512)")
+    w.add_argument("--buffer-size", type=int, default=1024, help="hot-buffer slots per request (default 1024)")
+    w.add_argument("--steps", type=int, default=8, help="decode steps (default 8)")
+    w.add_argument("--locality", type=float, default=0.7,
+                   help="share of the top-k kept from the previous step (default 0.7)")
+    w.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    w.add_argument("--provider", choices=("auto", "reference", "flashmla"), default="auto")
+    w.add_argument("--device", default="cpu", help="where the hot buffer and kernels run (default cpu)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_input_flags(parser, policy)
+    ns = parser.parse_args(argv)
+    base = {name: True for name in ("enable_hisparse", "disable_radix_cache") if name in policy.inputs}
+    from .config import merge_config
+
+    config = merge_config(policy, base, config_from_args(policy, ns))
+    decision = policy.evaluate(config)
+    if not decision.ok:
+        print(f"REJECTED by {policy.ref}: {decision.error}")
+        return VIOLATION
+    try:
+        import torch  # noqa: F401  (the bridge needs it; say so plainly when it is missing)
+    except ImportError as exc:
+        print(f"hisparse attend: the kernel bridge needs torch ({exc}); install it with "
+              "`pip install torch==2.13.0` (CPU) or a CUDA build", file=sys.stderr)
+        return ERROR
+    from kernels_bridge.errors import BridgeError
+    from kernels_bridge.hot_buffer import HotBufferError
+    from kernels_bridge.workload import Workload, report_text, run, stderr_progress
+
+    work = Workload(ns.requests, ns.context, ns.heads, ns.top_k, ns.buffer_size, ns.steps, ns.locality,
+                    ns.seed, ns.provider, ns.device)
+    try:
+        report = run(decision, work, progress=stderr_progress)
+    except (BridgeError, HotBufferError) as exc:
+        print(f"hisparse attend: {exc}", file=sys.stderr)
+        return ERROR
+    if ns.format == "json":
+        _emit_json(report)
+    else:
+        print(report_text(report))
+    return OK
+
+
 def cmd_doctor(argv) -> int:
     parser = _Parser(prog="hisparse doctor",
                      description="What the kernel bridge can run here: torch, CUDA, the device, flash_mla "
@@ -400,6 +454,7 @@ COMMANDS = {
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "attend": (cmd_attend, "run a synthetic HiSparse decode workload through the policy's backend"),
     "doctor": (cmd_doctor, "what the kernel bridge can run here, and why"),
 }
 
