@@ -23,6 +23,12 @@ def blocks() -> dict:
         pass
     else:
         out["routing-table"] = readme_table
+    try:  # in the source tree only: the benchmark results live beside the code, not in the package
+        from bench.report import performance_table
+    except ImportError:
+        pass
+    else:
+        out["performance"] = performance_table
     return out
 
 

@@ -71,10 +71,24 @@ class StepTimes:
 
 
 def _kv(requests: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """BF16 KV rows [requests, length, 576], per-channel scaled as real activations are."""
+    """BF16 KV rows [requests, length, 576], per-channel scaled as real activations are. Built
+    request by request, so no float32 copy of the whole cache ever exists."""
     channel = torch.exp(torch.randn(D_QK, generator=gen) * 0.5)
-    kv = torch.randn(requests, length, D_QK, generator=gen) * channel
-    return kv.to(torch.bfloat16)
+    kv = torch.empty(requests, length, D_QK, dtype=torch.bfloat16)
+    for r in range(requests):
+        kv[r] = torch.randn(length, D_QK, generator=gen) * channel
+    return kv
+
+
+def _pool(kv: torch.Tensor, fp8: bool) -> torch.Tensor:
+    """Host rows in the backend's layout: the BF16 rows themselves, or FP8 656-byte rows
+    (quantized request by request to keep the scratch small)."""
+    if not fp8:
+        return kv
+    pool = torch.empty(*kv.shape[:2], FP8_ROW_BYTES, dtype=torch.uint8)
+    for r in range(kv.shape[0]):
+        pool[r] = quantize_kv_fp8(kv[r])
+    return pool
 
 
 def _next_picks(prev: torch.Tensor | None, seq_lens: torch.Tensor, top_k: int, locality: float,
@@ -113,7 +127,7 @@ def run(decision, w: Workload, progress=None) -> dict:
     gen = torch.Generator().manual_seed(w.seed)
     max_len = w.context + w.steps
     kv = _kv(w.requests, max_len, gen)                          # the BF16 truth
-    pool = quantize_kv_fp8(kv) if fp8 else kv                  # host rows in the backend's layout
+    pool = _pool(kv, fp8)                                      # host rows in the backend's layout
     device = torch.device(w.device)
     hb = HotBuffer(pool, w.buffer_size, device=device, page_size=PAGE)
     cache = hb.paged_view()                                    # FP8 [pages, 64, 1, 656] / BF16 [rows, 1, 576]
