@@ -28,9 +28,11 @@ check: $(STAMP)
 	$(BIN)/hisparse check policies/
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
 
 clean:

@@ -3,7 +3,6 @@ request, and the peak resident memory of `hisparse attend` at 32k context x 8 re
 process, measured by the kernel's accounting)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -33,26 +32,26 @@ def hot_buffer_bytes(buffer_size: int = 4096, page: int = 64) -> dict:
     return {"buffer_size": buffer_size, "per_request_bytes": out}
 
 
-def _child_peak(argv: list[str]) -> tuple[int, str]:
-    """(peak resident bytes, stdout) of a child process."""
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"{' '.join(argv[1:4])} failed (status {status})")
-    return usage.ru_maxrss * 1024, out  # ru_maxrss is in kilobytes on Linux
+def _child_peak(module_args: list[str]) -> tuple[int, str]:
+    """(peak resident bytes, stdout) of `python -m MODULE ARGS` run through bench.peak."""
+    proc = subprocess.run([sys.executable, "-m", "bench.peak", *module_args], cwd=ROOT, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(module_args[:3])} failed: {proc.stderr[-500:]}")
+    peak = next(int(line.split()[1]) for line in proc.stderr.splitlines() if line.startswith("PEAK_RSS_BYTES"))
+    return peak, proc.stdout
 
 
 def attend_peak_rss(quick: bool) -> dict:
     import json
 
     steps = "2" if quick else "6"
-    argv = [sys.executable, "-m", "engine.cli", "attend", "--kv-cache-dtype", "fp8_e4m3", "--requests", "8",
-            "--context", "32768", "--top-k", "2048", "--buffer-size", "4096", "--steps", steps, "--format", "json"]
-    peak, out = _child_peak(argv)
+    args = ["engine.cli", "attend", "--kv-cache-dtype", "fp8_e4m3", "--requests", "8", "--context", "32768",
+            "--top-k", "2048", "--buffer-size", "4096", "--steps", steps, "--format", "json"]
+    peak, out = _child_peak(args)
     report = json.loads(out)
-    baseline, _ = _child_peak([sys.executable, "-c", "import torch, engine, kernels_bridge.workload"])
-    return {"argv": " ".join(argv[3:]), "peak_rss_bytes": peak, "baseline_rss_bytes": baseline,
+    baseline, _ = _child_peak(["engine.cli", "doctor", "--format", "json"])  # python + torch + the bridge
+    return {"argv": "hisparse " + " ".join(args[1:]), "peak_rss_bytes": peak, "baseline_rss_bytes": baseline,
             "host_pool_bytes": report["memory"]["host_pool_bytes"],
             "bf16_truth_bytes": 8 * (32768 + int(steps)) * 1152,
             "hot_buffer_bytes": report["hot_buffer"]["buffer_bytes"]}
