@@ -1,20 +1,19 @@
 """An independent, hand-written transcription of the LATEST upstream SGLang DSA (ex-NSA)
 attention-backend routing and HiSparse validation, for one server config (version 3 oracle).
 
-Written from sgl-project/sglang as stored in the public-code index (read 2026-09/10 era
-snapshots; the index exposes commits, not dates; see tests/sglang_latest_notes.md for how
-"latest" was chosen and for every quote):
+Written from sgl-project/sglang at 2026-09/10 era snapshots (identified by commit; see
+tests/sglang_latest_notes.md for how "latest" was chosen and for every quote):
 
 * Step A (resolution, runs inside ``handle_model_specific_adjustments`` of the resolution
   pipeline ``arg_groups/pipeline.py::run_resolution_pipeline``):
   ``python/sglang/srt/arg_groups/overrides.py`` at commit
-  23749862a036b0feb2442b457cb507d37b860d60 (store id 70379810172), functions
+  23749862a036b0feb2442b457cb507d37b860d60, functions
   ``_dsa_kv_cache_dtype_default``, ``_check_dsa_backend_constraints`` and
   ``_dsa_split_backend_resolution`` (plus ``_DEEPSEEK_FAMILY_ARCHS``).
 * Step B (validation, ``check_server_args`` in ``arg_groups/validation_hook.py`` runs the
   ``_hisparse_validation`` pass "at its legacy slot", after the whole pipeline):
   ``python/sglang/srt/arg_groups/hisparse_hook.py`` at commit
-  007bddd4a95b44d3c8cd22c8a24d0ee1455955fd (store id 66961752022), functions
+  007bddd4a95b44d3c8cd22c8a24d0ee1455955fd, functions
   ``_hisparse_default_backend``, ``_hisparse_allowed_backends``, ``validate_hisparse``,
   ``validate_hisparse_kv_cache_dtype``, ``validate_hisparse_dsa_backend``.
 * Step C (start-up, NOT argument time): ``--hisparse-config`` is parsed only when the model
