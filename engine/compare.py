@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from .text import show as _show
+
 CLASSES = ("newly_accepted", "newly_rejected", "backend_changed", "message_changed", "log_changed")
 
 
@@ -88,14 +90,6 @@ def describe(cls: str, key: tuple) -> str:
         return f"rejected with another message ({key[0]} -> {key[1]})" if key[0] != key[1] else \
             f"rejected by {key[0]} with another message"
     return "accepted alike, different log lines"
-
-
-def _show(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
 
 
 # -- minimisation ----------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .text import show as _word
+
 OPERATORS = ("==", "!=", "in", "not_in", ">=", ">", "<=", "<", "set")
 COMBINATORS = ("any", "all", "not", "user_set")
 _PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
@@ -241,14 +243,6 @@ def _py_eq(var: str, value, negate: bool = False) -> str:
     if value is None or isinstance(value, bool):
         return f"({var} is {'not ' if negate else ''}{value!r})"
     return f"({var} {'!=' if negate else '=='} {value!r})"
-
-
-def _word(value) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _group(c: Cond) -> str:

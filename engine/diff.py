@@ -13,6 +13,7 @@ import itertools
 from .compare import (CLASSES, classify, cube_json, cube_text, describe, factor, minimize,
                       outcome_of, outcome_of_error)
 from .errors import ConfigError, Problem
+from .text import show as _show
 
 
 class Axis:
@@ -178,14 +179,6 @@ def domain_changes(a, b, axes) -> dict:
     return out
 
 
-def _show_value(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
 def _domain_text(d: dict) -> str:
     parts = []
     for name, ch in d["values"].items():
@@ -214,7 +207,7 @@ def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> st
     a, b = result["a"], result["b"]
     head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
     if result.get("where"):
-        head += " where " + " ".join(f"{k}={_show_value(v)}" for k, v in result["where"].items())
+        head += " where " + " ".join(f"{k}={_show(v)}" for k, v in result["where"].items())
     changed = sum(result["counts"].values())
     lines = []
     if markdown:

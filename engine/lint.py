@@ -13,6 +13,7 @@ from . import interpret
 from .conditions import Cond
 from .errors import Problem
 from .model import Table
+from .text import show as _show
 
 MAX_DOMAIN = 2_000_000  # beyond this the whole-domain analyses are skipped (said on stderr)
 
@@ -152,10 +153,3 @@ def _winners(policy, shadowed) -> dict:
 def _is_default(policy, name: str) -> bool:
     return any(r.name == name for r in policy.stages["defaults"].rules)
 
-
-def _show(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)

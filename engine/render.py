@@ -3,14 +3,7 @@ from __future__ import annotations
 
 from .decision import Decision
 from .interpret import Trace
-
-
-def show(value) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+from .text import show
 
 
 def config_line(policy, config: dict) -> str:
