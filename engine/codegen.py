@@ -77,7 +77,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     st = policy.stages["resolve"]
     with _block(e, st.when, var):
         for rule in st.rules:
-            e.emit(f"# resolve {rule.name} (line {rule.line})")
+            e.emit(f"# resolve {_comment(rule.name)} (line {rule.line})")
             with _block(e, rule.when, var):
                 count(rule)
                 if rule.require is not None:
@@ -104,7 +104,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
         for i, rule in enumerate(st.rules):
             head = "else" if isinstance(rule.when, TrueCond) and i else ("if" if i == 0 else "elif")
             test = "" if head == "else" else " " + rule.when.py(var)
-            e.emit(f"{head}{test}:  # default {rule.name} (line {rule.line})")
+            e.emit(f"{head}{test}:  # default {_comment(rule.name)} (line {rule.line})")
             e.depth += 1
             count(rule, "chosen")
             for ph, backend in rule.set.items():
@@ -120,7 +120,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     st = policy.stages["checks"]
     with _block(e, st.when, var):
         for rule in st.rules:
-            e.emit(f"# check {rule.name} (line {rule.line})")
+            e.emit(f"# check {_comment(rule.name)} (line {rule.line})")
             if rule.for_each_phase:
                 for ph, spec in policy.phases.items():
                     pvar = dict(var, backend=var[spec.input], phase=repr(ph))
@@ -133,6 +133,12 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg):\n"
     source = head + "\n".join(e.lines) + "\n"
     return source, e.consts
+
+
+def _comment(text: str) -> str:
+    """A name as comment text: printable characters only, so no name can end the comment's line
+    (the schema already restricts names; this keeps the generated source sound regardless)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 class _block:

@@ -19,6 +19,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E109": ("not-a-mapping", "the document is not a mapping"),
     "E110": ("multiple-documents", "the file holds more than one YAML document"),
     "E111": ("non-string-key", "a mapping key that is not a plain string (quote it)"),
+    "E112": ("bad-number", "a number that is not finite or does not fit in 64 bits"),
+    "E113": ("too-many-nodes", "the document holds more values than the limit"),
     # the schema of the policy language
     "E201": ("schema", "the policy does not follow the policy-language schema"),
     # names and values inside a policy
@@ -53,6 +55,19 @@ CODES: dict[str, tuple[str, str]] = {
     "R601": ("unknown-policy", "no policy family or version by that name"),
     "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N or a file"),
 }
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """`text` cut to about `limit` characters for a message: a key or value from a hostile file
+    can be a megabyte long, and a message must stay one readable line."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
+def shown(value, limit: int = 80) -> str:
+    """repr() of a value from a file or a config, clipped (see clip)."""
+    return clip(repr(value), limit)
 
 
 @dataclass(frozen=True)
