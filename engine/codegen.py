@@ -13,7 +13,7 @@ tests check that both agree on every config of every shipped policy's domain.
 from __future__ import annotations
 
 from .conditions import Cond, TrueCond
-from .model import Rule, Table
+from .model import INT_MAX, INT_MIN, Rule, Table
 from .templates import Literal, Template, render_set
 
 
@@ -210,11 +210,9 @@ def _invalid_expr(spec, v: str, e: _Emitter) -> str:
         domain = e.const("dom", frozenset(spec.values))
         bad = f"({v}.__class__ is not str or {v} not in {domain})"
     else:
-        checks = [f"{v}.__class__ is not int"]
-        if spec.minimum is not None:
-            checks.append(f"{v} < {spec.minimum!r}")
-        if spec.maximum is not None:
-            checks.append(f"{v} > {spec.maximum!r}")
+        checks = [f"{v}.__class__ is not int",
+                  f"{v} < {max(spec.minimum, INT_MIN) if spec.minimum is not None else INT_MIN!r}",
+                  f"{v} > {min(spec.maximum, INT_MAX) if spec.maximum is not None else INT_MAX!r}"]
         bad = "(" + " or ".join(checks) + ")"
     if spec.nullable:
         return f"({v} is not None and {bad})"

@@ -66,8 +66,14 @@ def clip(text: str, limit: int = 80) -> str:
 
 
 def shown(value, limit: int = 80) -> str:
-    """repr() of a value from a file or a config, clipped (see clip)."""
-    return clip(repr(value), limit)
+    """repr() of a value from a file or a config, clipped (see clip). Never raises: an API caller's
+    value may be an integer too long to print or nested too deep for repr."""
+    try:
+        text = repr(value)
+    except Exception:  # ValueError (int digits limit), RecursionError, a failing __repr__
+        text = (f"<an integer of {value.bit_length()} bits>" if isinstance(value, int)
+                else f"<a {type(value).__name__}>")
+    return clip(text, limit)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from typing import Iterator, Mapping
 from . import codegen, interpret
 from .build import Parts
 from .decision import Decision
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, clip, shown
+from .model import INT_MAX, INT_MIN
 from .suggest import closest, did_you_mean, near_miss
 
 
@@ -169,14 +170,14 @@ class Policy:
             if name is None:
                 near = near_miss(key, names) if isinstance(key, str) else None
                 if lenient and near is None:
-                    ignored.append(str(key))
+                    ignored.append(clip(str(key), 40))
                     continue
                 near = near or (closest(key, names) if isinstance(key, str) else None)
                 hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
-                problems.append(at(Problem("C501", f"unknown config key {key!r}", file, hint=hint), key))
+                problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
                 continue
             if name in out and out[name] != value:
-                problems.append(at(Problem("C501", f"{key!r} and {spelled[name]!r} both set '{name}', "
+                problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
                                            "to different values", file), key))
                 continue
             spelled[name] = key
@@ -190,11 +191,13 @@ class Policy:
         return out, problems, ignored, [text for _, text in sorted(deprecated)]
 
     def _value_problem(self, spec, key, value, file) -> Problem:
-        shown = value if not isinstance(value, str) else repr(value)
+        text = shown(value)
         if spec.type == "enum" and isinstance(value, str):
-            return Problem("C502", f"{key}: {shown} is not a valid value; {spec.describe_domain()}",
+            return Problem("C502", f"{key}: {text} is not a valid value; {spec.describe_domain()}",
                            file, hint=did_you_mean(value, spec.values, list_if_none=False))
         if spec.type == "int" and type(value) is int:
+            if not INT_MIN <= value <= INT_MAX:
+                return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
         kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                 type(None): "null"}.get(type(value), f"a {type(value).__name__}")
@@ -203,7 +206,7 @@ class Policy:
             note = " (strings are not booleans: write true or false without quotes)"
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
-        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {shown}{note}", file)
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
 
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:

@@ -31,6 +31,7 @@ import yaml
 from yaml import events as ev
 
 from .errors import HisparseError, Problem, clip, shown
+from .model import INT_MAX, INT_MIN
 
 try:  # libyaml's parser is several times faster; both produce the same events and marks
     from yaml import CSafeLoader as _Loader
@@ -41,7 +42,6 @@ DEFAULT_MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NODES = 50_000
 MAX_NUMBER_CHARS = 64
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1
 
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
