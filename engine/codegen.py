@@ -48,17 +48,23 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     for ph, spec in policy.phases.items():
         tpl[ph] = var[spec.input]
 
-    e.emit("given = cfg")
-    e.emit("pre = None")
-    e.emit("if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
-    e.emit("    cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
+    if probe:  # the domain only: canonical configs
+        e.emit("given, pre, outer = cfg, None, False")
+    else:  # `given` is passed only by _retry, with the exact-typed copy of a config
+        e.emit("outer = given is None")
+        e.emit("if outer:")
+        e.emit("    given = cfg")
+        e.emit("    if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
+        e.emit("        cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
     e.emit("get = cfg.get")
     for name, spec in inputs.items():
         v = var[name]
         e.emit(f"{v} = get({name!r}, {spec.default!r})")
         bad = _invalid_expr(spec, v, e)
         e.emit(f"if {bad}:")
-        e.emit("    _reject(cfg)")
+        # not a value of the exact type: a bad value (ConfigError), or a subclass such as an enum
+        # member, evaluated again as its exact-typed copy
+        e.emit("    return _retry(given) if outer else _reject(cfg)")
     for ph, spec in policy.phases.items():
         e.emit(f"u_{ph} = {var[spec.input]} is not None")
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
@@ -114,7 +120,11 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                 e.emit(f"    s_{ph} = {rule.name!r}")
             if rule.log is not None:
                 e.emit(f"log.append({rule.log.fstring(tpl)})")
+            if not rule.set and rule.log is None:
+                e.emit("pass")
             e.depth -= 1
+            if isinstance(rule.when, TrueCond):
+                break  # an unconditional default always wins: the rules after it never run
 
     # checks: every failure is a violation, in order
     st = policy.stages["checks"]
@@ -130,7 +140,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                 _check(e, rule, index[id(rule)], var, tpl, None, probe)
     e.emit(f"return {result}")
 
-    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg):\n"
+    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
     source = head + "\n".join(e.lines) + "\n"
     return source, e.consts
 

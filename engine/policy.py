@@ -61,7 +61,7 @@ class Policy:
 
     def _compile(self, source: str, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
-                         _reject=self._reject, _Decision=Decision, _policy=self)
+                         _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
         exec(compile(source, f"<policy {self.family}@{self.version}>", "exec"), namespace)
         return namespace[name]
 
@@ -142,6 +142,13 @@ class Policy:
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
 
+    def _retry(self, given):
+        """The compiled fast path met a value that is not of its input's exact type: a bad value
+        (ConfigError, every problem), or an accepted subclass (a StrEnum or IntEnum member), whose
+        exact-typed copy is evaluated."""
+        canonical, prelude = self.normalize_with_log(given)
+        return self._evaluate(canonical, given, prelude)
+
     def _reject(self, config):
         problems = self._check(config, False, "")[1]
         raise ConfigError(problems or [Problem("C503", "invalid config")])
@@ -184,6 +191,7 @@ class Policy:
             if key in self.deprecated_keys:
                 deprecated.append(self.deprecated_keys[key])
             spec = self.inputs[name]
+            value = _exact(value)
             if not spec.accepts(value):
                 problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
@@ -222,6 +230,17 @@ class Policy:
         for spec in self.inputs.values():
             n *= len(spec.domain())
         return n
+
+
+def _exact(value):
+    """A str or int subclass (an enum member standing for a value) as its plain str or int, so
+    that it is compared, hashed and rendered as the value it stands for; bool stays bool."""
+    cls = value.__class__
+    if cls is not str and isinstance(value, str):
+        return str.__str__(value)
+    if cls is not int and cls is not bool and isinstance(value, int):
+        return int.__int__(value)
+    return value
 
 
 def spec_flags(policy: Policy, phase: str) -> tuple:
