@@ -191,7 +191,8 @@ class Policy:
             if key in self.deprecated_keys:
                 deprecated.append(self.deprecated_keys[key])
             spec = self.inputs[name]
-            value = _exact(value)
+            if value.__class__ not in _PLAIN:
+                value = _exact(value)
             if not spec.accepts(value):
                 problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
@@ -230,6 +231,9 @@ class Policy:
         for spec in self.inputs.values():
             n *= len(spec.domain())
         return n
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
 
 
 def _exact(value):
