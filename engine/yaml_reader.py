@@ -133,8 +133,11 @@ def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
         elif before.st_size > max_bytes:
             raise _too_large(display, max_bytes)
         chunks, total = [], 0
+        # first the size it claims plus one byte (to see it grow), then 64 KiB at a time
+        size = before.st_size + 1 if stat.S_ISREG(before.st_mode) else 1 << 16
         while total <= max_bytes:  # never more than max_bytes + 1, whatever the file claims
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            chunk = os.read(fd, min(size, max_bytes + 1 - total))
+            size = 1 << 16
             if not chunk:
                 break
             chunks.append(chunk)
