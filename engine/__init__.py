@@ -18,7 +18,7 @@ from .loader import list_families, load_policy
 from .policy import Policy
 
 __all__ = [
-    "CODES", "ConfigError", "Decision", "HisparseError", "Policy", "PolicyError", "Problem",
+    "CODES", "ConfigError", "Decision", "HisparseError", "Policy", "PolicyError", "PolicyStore", "Problem",
     "Violation", "evaluate", "list_families", "load_policy",
 ]
 __version__ = "0.1.0"
@@ -27,3 +27,14 @@ __version__ = "0.1.0"
 def evaluate(policy, config: Mapping) -> Decision:
     """Evaluate `config` against `policy` (a Policy or a reference such as "nsa-backends@2")."""
     return load_policy(policy).evaluate(config)
+
+
+def __getattr__(name: str):
+    # PolicyStore (threads, logging) is imported on first use: a one-shot `hisparse evaluate`
+    # never needs it, and start-up time counts there
+    if name == "PolicyStore":
+        from .store import PolicyStore
+
+        globals()[name] = PolicyStore
+        return PolicyStore
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

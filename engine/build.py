@@ -133,7 +133,7 @@ class Builder:
         out = {}
         for flag, text in (spec.get("deprecated_flags") or {}).items():
             tpl = self.template(text, path + ("deprecated_flags", flag), {})
-            if tpl is not None:
+            if tpl is not None and not tpl.fields:  # a field was reported (E306): nothing to render
                 out[flag] = tpl.render({})
         return out
 

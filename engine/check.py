@@ -7,7 +7,7 @@ import re
 from .errors import PolicyError, Problem
 from .paths import default_policy_dir
 
-_POLICY_FILE = re.compile(r"^v\d+\.ya?ml$")
+_POLICY_FILE = re.compile(r"v[0-9]+\.ya?ml")  # matched whole
 _SKIP_DIRS = {"schema", "tests", "__pycache__"}
 
 
@@ -26,7 +26,10 @@ def policy_files(paths: list[str]) -> tuple[list[tuple[str, str]], list[Problem]
         return found, problems
     for given in paths:
         if os.path.isdir(given):
-            found.extend((p, p) for p in _walk(given))
+            inside = [(p, p) for p in _walk(given)]
+            if not inside:
+                problems.append(Problem("E101", "a folder without policy files (<family>/v<N>.yaml)", given))
+            found.extend(inside)
         elif os.path.exists(given) or os.path.islink(given):
             found.append((given, given))
         else:
@@ -38,7 +41,7 @@ def _walk(root: str):
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
         for name in sorted(files):
-            if _POLICY_FILE.match(name):
+            if _POLICY_FILE.fullmatch(name):
                 yield os.path.join(folder, name)
 
 

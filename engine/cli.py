@@ -167,17 +167,22 @@ def cmd_evaluate(argv) -> int:
 
 
 def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None) -> int:
+    """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
+    at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
+    own error object and every other line is still evaluated, in order."""
     if source == "-":
-        stream = sys.stdin
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
     else:
         try:
-            stream = open(source, encoding="utf-8", errors="strict")
+            stream = open(source, "rb")
         except OSError as exc:
             raise ConfigError([Problem("C504", f"cannot read batch file: {exc.strerror or exc}", source)]) from None
+    from .yaml_reader import max_file_bytes
+
     worst = OK
     try:
-        for number, line in enumerate(stream, 1):
-            result, status, decision = _batch_line(policy, base, line, number, source)
+        for number, line in enumerate(_lines(stream, max_file_bytes()), 1):
+            result, status, decision = _batch_line(policy, base, line, number)
             if record and decision is not None:
                 from .records import append_records
 
@@ -189,15 +194,36 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
                 print(_batch_text(policy, result, number))
             if source == "-":  # a pipe: answer each line as it comes
                 sys.stdout.flush()
-    except UnicodeDecodeError as exc:
-        raise ConfigError([Problem("C505", f"batch input is not UTF-8 text ({exc.reason})", source)]) from None
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot read batch input: {exc.strerror or exc}", source)]) from None
     finally:
-        if stream is not sys.stdin:
+        if source != "-":
             stream.close()
     return worst
 
 
-def _batch_line(policy, base, line: str, number: int, source: str):
+def _lines(stream, limit: int):
+    """The lines of `stream` (bytes, or str for a text stream), each at most `limit` bytes; a
+    longer line is skipped without being held in memory and given as _TOO_LONG."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if len(line) > limit and not line.endswith(newline):
+            while True:  # drop the rest of the line, a bounded chunk at a time
+                more = stream.readline(1 << 16)
+                if not more or more.endswith(newline):
+                    break
+            yield _TOO_LONG
+        else:
+            yield line
+
+
+_TOO_LONG = object()
+
+
+def _batch_line(policy, base, line, number: int):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}
@@ -207,14 +233,28 @@ def _batch_line(policy, base, line: str, number: int, source: str):
             err["more"] = [p.to_dict() for p in problems[1:]]
         return {"ok": False, "line": number, "error": err}, ERROR, None
 
-    text = line.strip()
-    if not text:
+    if line is _TOO_LONG:
+        from .yaml_reader import max_file_bytes
+
+        return bad([Problem("C505", f"line longer than {max_file_bytes()} bytes (HISPARSE_MAX_FILE_BYTES)")])
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return bad([Problem("C505", f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                                        f"{exc.start + 1})")])
+    if not line.strip():
         return bad([Problem("C505", "empty line (one JSON object per line)")])
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nesting too deep"
-        return bad([Problem("C505", f"not JSON: {msg}")])
+    from .yaml_reader import ReadError, parse_json
+
+    try:  # the reader's limits: depth, size, NaN, 64-bit integers, duplicate keys
+        obj = parse_json(line.rstrip("\r\n"), f"line {number}").data
+    except ReadError as exc:
+        p = exc.problems[0]
+        message = p.message
+        if message.startswith("JSON syntax: "):
+            message = "not JSON: " + message[len("JSON syntax: "):]
+        return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
     try:
@@ -469,6 +509,16 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _tolerant_output() -> None:
+    """Characters the terminal's encoding cannot show are escaped, not fatal: a message may quote
+    a key or value from a hostile file."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -479,6 +529,7 @@ def main(argv=None) -> int:
 
         print(f"hisparse {__version__}")
         return OK
+    _tolerant_output()
     command = COMMANDS.get(argv[0])
     if command is None:
         hint = did_you_mean(argv[0], COMMANDS)

@@ -13,7 +13,7 @@ tests check that both agree on every config of every shipped policy's domain.
 from __future__ import annotations
 
 from .conditions import Cond, TrueCond
-from .model import Rule, Table
+from .model import INT_MAX, INT_MIN, Rule, Table
 from .templates import Literal, Template, render_set
 
 
@@ -48,17 +48,23 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     for ph, spec in policy.phases.items():
         tpl[ph] = var[spec.input]
 
-    e.emit("given = cfg")
-    e.emit("pre = None")
-    e.emit("if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
-    e.emit("    cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
+    if probe:  # the domain only: canonical configs
+        e.emit("given, pre, outer = cfg, None, False")
+    else:  # `given` is passed only by _retry, with the exact-typed copy of a config
+        e.emit("outer = given is None")
+        e.emit("if outer:")
+        e.emit("    given = cfg")
+        e.emit("    if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
+        e.emit("        cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
     e.emit("get = cfg.get")
     for name, spec in inputs.items():
         v = var[name]
         e.emit(f"{v} = get({name!r}, {spec.default!r})")
         bad = _invalid_expr(spec, v, e)
         e.emit(f"if {bad}:")
-        e.emit("    _reject(cfg)")
+        # not a value of the exact type: a bad value (ConfigError), or a subclass such as an enum
+        # member, evaluated again as its exact-typed copy
+        e.emit("    return _retry(given) if outer else _reject(cfg)")
     for ph, spec in policy.phases.items():
         e.emit(f"u_{ph} = {var[spec.input]} is not None")
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
@@ -77,7 +83,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     st = policy.stages["resolve"]
     with _block(e, st.when, var):
         for rule in st.rules:
-            e.emit(f"# resolve {rule.name} (line {rule.line})")
+            e.emit(f"# resolve {_comment(rule.name)} (line {rule.line})")
             with _block(e, rule.when, var):
                 count(rule)
                 if rule.require is not None:
@@ -104,7 +110,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
         for i, rule in enumerate(st.rules):
             head = "else" if isinstance(rule.when, TrueCond) and i else ("if" if i == 0 else "elif")
             test = "" if head == "else" else " " + rule.when.py(var)
-            e.emit(f"{head}{test}:  # default {rule.name} (line {rule.line})")
+            e.emit(f"{head}{test}:  # default {_comment(rule.name)} (line {rule.line})")
             e.depth += 1
             count(rule, "chosen")
             for ph, backend in rule.set.items():
@@ -114,13 +120,17 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                 e.emit(f"    s_{ph} = {rule.name!r}")
             if rule.log is not None:
                 e.emit(f"log.append({rule.log.fstring(tpl)})")
+            if not rule.set and rule.log is None:
+                e.emit("pass")
             e.depth -= 1
+            if isinstance(rule.when, TrueCond):
+                break  # an unconditional default always wins: the rules after it never run
 
     # checks: every failure is a violation, in order
     st = policy.stages["checks"]
     with _block(e, st.when, var):
         for rule in st.rules:
-            e.emit(f"# check {rule.name} (line {rule.line})")
+            e.emit(f"# check {_comment(rule.name)} (line {rule.line})")
             if rule.for_each_phase:
                 for ph, spec in policy.phases.items():
                     pvar = dict(var, backend=var[spec.input], phase=repr(ph))
@@ -130,9 +140,15 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                 _check(e, rule, index[id(rule)], var, tpl, None, probe)
     e.emit(f"return {result}")
 
-    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg):\n"
+    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
     source = head + "\n".join(e.lines) + "\n"
     return source, e.consts
+
+
+def _comment(text: str) -> str:
+    """A name as comment text: printable characters only, so no name can end the comment's line
+    (the schema already restricts names; this keeps the generated source sound regardless)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 class _block:
@@ -204,11 +220,9 @@ def _invalid_expr(spec, v: str, e: _Emitter) -> str:
         domain = e.const("dom", frozenset(spec.values))
         bad = f"({v}.__class__ is not str or {v} not in {domain})"
     else:
-        checks = [f"{v}.__class__ is not int"]
-        if spec.minimum is not None:
-            checks.append(f"{v} < {spec.minimum!r}")
-        if spec.maximum is not None:
-            checks.append(f"{v} > {spec.maximum!r}")
+        checks = [f"{v}.__class__ is not int",
+                  f"{v} < {max(spec.minimum, INT_MIN) if spec.minimum is not None else INT_MIN!r}",
+                  f"{v} > {min(spec.maximum, INT_MAX) if spec.maximum is not None else INT_MAX!r}"]
         bad = "(" + " or ".join(checks) + ")"
     if spec.nullable:
         return f"({v} is not None and {bad})"

@@ -8,9 +8,10 @@ from .yaml_reader import Document, ReadError, load_document
 
 
 def read_config_file(path: str) -> Document:
-    """The parsed file; raises ConfigError (file:line:col) when unreadable or not a mapping."""
+    """The parsed file; raises ConfigError (file:line:col) when unreadable or not a mapping. A
+    pipe is read too (`--config <(...)`, /dev/stdin): the operator named it."""
     try:
-        doc = load_document(path)
+        doc = load_document(path, regular_only=False)
     except ReadError as exc:
         raise ConfigError([Problem("C504", p.message, p.file, p.line, p.col, p.hint) if p.code == "E101"
                            else p for p in exc.problems]) from None

@@ -19,6 +19,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E109": ("not-a-mapping", "the document is not a mapping"),
     "E110": ("multiple-documents", "the file holds more than one YAML document"),
     "E111": ("non-string-key", "a mapping key that is not a plain string (quote it)"),
+    "E112": ("bad-number", "a number that is not finite or does not fit in 64 bits"),
+    "E113": ("too-many-nodes", "the document holds more values than the limit"),
     # the schema of the policy language
     "E201": ("schema", "the policy does not follow the policy-language schema"),
     # names and values inside a policy
@@ -46,6 +48,9 @@ CODES: dict[str, tuple[str, str]] = {
     "C503": ("wrong-type", "a config value of the wrong type"),
     "C504": ("bad-config-file", "a config file that cannot be read or is not a mapping"),
     "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
+    # the policy store (safe reload)
+    "S801": ("policy-removed", "a policy file the store loaded was removed; its last good version is kept"),
+    "S802": ("internal-load-error", "loading a file failed unexpectedly (a bug); the last good version is kept"),
     # policy test files
     "T701": ("test-schema", "a policy test file that does not follow its schema"),
     "T702": ("test-unknown-name", "a test case names a rule, phase or input the policy does not have"),
@@ -53,6 +58,25 @@ CODES: dict[str, tuple[str, str]] = {
     "R601": ("unknown-policy", "no policy family or version by that name"),
     "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N or a file"),
 }
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """`text` cut to about `limit` characters for a message: a key or value from a hostile file
+    can be a megabyte long, and a message must stay one readable line."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
+def shown(value, limit: int = 80) -> str:
+    """repr() of a value from a file or a config, clipped (see clip). Never raises: an API caller's
+    value may be an integer too long to print or nested too deep for repr."""
+    try:
+        text = repr(value)
+    except Exception:  # ValueError (int digits limit), RecursionError, a failing __repr__
+        text = (f"<an integer of {value.bit_length()} bits>" if isinstance(value, int)
+                else f"<a {type(value).__name__}>")
+    return clip(text, limit)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ compiled from the same bytes is served from the cache, so repeated loads cost a 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -19,8 +20,8 @@ from .schema import schema_problems
 from .suggest import did_you_mean
 from .yaml_reader import Document, ReadError, decode_utf8, max_file_bytes, parse_yaml, read_bytes
 
-_REF = re.compile(r"^(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>\d+))?$")
-_VERSION_FILE = re.compile(r"^v(\d+)\.yaml$")
+_REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
+VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
 _CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
 _lock = threading.Lock()
@@ -44,7 +45,7 @@ def _looks_like_path(ref: str) -> bool:
 
 def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     """(path, display name) of the file a FAMILY or FAMILY@N reference names."""
-    m = _REF.match(ref)
+    m = _REF.fullmatch(ref)
     if not m:
         raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
                                    "(e.g. nsa-backends@2) or a path to a .yaml file")])
@@ -78,7 +79,7 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
         folder = os.path.join(root, name)
         if name == "schema" or not os.path.isdir(folder):
             continue
-        versions = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := _VERSION_FILE.match(f)))
+        versions = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := VERSION_FILE.fullmatch(f)))
         if versions:
             out[name] = versions
     return out
@@ -97,8 +98,12 @@ def load_file(path: str, display: str | None = None) -> Policy:
         data = read_bytes(path, display, max_file_bytes())
     except ReadError as exc:
         raise PolicyError(exc.problems) from None
-    import hashlib
+    return load_bytes(data, display, path)
 
+
+def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
+    """The policy compiled from `data` (the bytes of the file at `path`, shown as `display`),
+    from the cache when the same bytes were compiled before. Raises PolicyError."""
     digest = hashlib.sha256(data).hexdigest()
     key = (digest, display)
     with _lock:

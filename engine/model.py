@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from .conditions import Cond, TrueCond
 from .templates import Template
 
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
+
 
 @dataclass
 class InputSpec:
@@ -47,8 +49,8 @@ class InputSpec:
             return value is True or value is False
         if self.type == "enum":
             return isinstance(value, str) and value in self.values
-        if type(value) is not int:
-            return False
+        if type(value) is not int or not INT_MIN <= value <= INT_MAX:
+            return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
         if self.minimum is not None and value < self.minimum:
             return False
         return self.maximum is None or value <= self.maximum

@@ -7,7 +7,8 @@ from typing import Iterator, Mapping
 from . import codegen, interpret
 from .build import Parts
 from .decision import Decision
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, clip, shown
+from .model import INT_MAX, INT_MIN
 from .suggest import closest, did_you_mean, near_miss
 
 
@@ -60,7 +61,7 @@ class Policy:
 
     def _compile(self, source: str, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
-                         _reject=self._reject, _Decision=Decision, _policy=self)
+                         _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
         exec(compile(source, f"<policy {self.family}@{self.version}>", "exec"), namespace)
         return namespace[name]
 
@@ -141,6 +142,13 @@ class Policy:
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
 
+    def _retry(self, given):
+        """The compiled fast path met a value that is not of its input's exact type: a bad value
+        (ConfigError, every problem), or an accepted subclass (a StrEnum or IntEnum member), whose
+        exact-typed copy is evaluated."""
+        canonical, prelude = self.normalize_with_log(given)
+        return self._evaluate(canonical, given, prelude)
+
     def _reject(self, config):
         problems = self._check(config, False, "")[1]
         raise ConfigError(problems or [Problem("C503", "invalid config")])
@@ -169,20 +177,22 @@ class Policy:
             if name is None:
                 near = near_miss(key, names) if isinstance(key, str) else None
                 if lenient and near is None:
-                    ignored.append(str(key))
+                    ignored.append(clip(str(key), 40))
                     continue
                 near = near or (closest(key, names) if isinstance(key, str) else None)
                 hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
-                problems.append(at(Problem("C501", f"unknown config key {key!r}", file, hint=hint), key))
+                problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
                 continue
             if name in out and out[name] != value:
-                problems.append(at(Problem("C501", f"{key!r} and {spelled[name]!r} both set '{name}', "
+                problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
                                            "to different values", file), key))
                 continue
             spelled[name] = key
             if key in self.deprecated_keys:
                 deprecated.append(self.deprecated_keys[key])
             spec = self.inputs[name]
+            if value.__class__ not in _PLAIN:
+                value = _exact(value)
             if not spec.accepts(value):
                 problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
@@ -190,11 +200,13 @@ class Policy:
         return out, problems, ignored, [text for _, text in sorted(deprecated)]
 
     def _value_problem(self, spec, key, value, file) -> Problem:
-        shown = value if not isinstance(value, str) else repr(value)
+        text = shown(value)
         if spec.type == "enum" and isinstance(value, str):
-            return Problem("C502", f"{key}: {shown} is not a valid value; {spec.describe_domain()}",
+            return Problem("C502", f"{key}: {text} is not a valid value; {spec.describe_domain()}",
                            file, hint=did_you_mean(value, spec.values, list_if_none=False))
         if spec.type == "int" and type(value) is int:
+            if not INT_MIN <= value <= INT_MAX:
+                return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
         kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                 type(None): "null"}.get(type(value), f"a {type(value).__name__}")
@@ -203,7 +215,7 @@ class Policy:
             note = " (strings are not booleans: write true or false without quotes)"
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
-        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {shown}{note}", file)
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
 
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
@@ -219,6 +231,20 @@ class Policy:
         for spec in self.inputs.values():
             n *= len(spec.domain())
         return n
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _exact(value):
+    """A str or int subclass (an enum member standing for a value) as its plain str or int, so
+    that it is compared, hashed and rendered as the value it stands for; bool stays bool."""
+    cls = value.__class__
+    if cls is not str and isinstance(value, str):
+        return str.__str__(value)
+    if cls is not int and cls is not bool and isinstance(value, int):
+        return int.__int__(value)
+    return value
 
 
 def spec_flags(policy: Policy, phase: str) -> tuple:

@@ -1,10 +1,12 @@
 """The JSON Schema of the policy language, and its errors mapped back to YAML positions."""
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 
-from .errors import Problem
+from .errors import Problem, shown
 from .suggest import did_you_mean
 from .yaml_reader import Document
 
@@ -24,8 +26,38 @@ def validator(name: str = "policy"):
 
         with open(schema_path(name), encoding="utf-8") as fh:
             schema = json.load(fh)
-        _validators[name] = jsonschema.Draft202012Validator(schema)
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+        _validators[name] = cls(schema)
     return _validators[name]
+
+
+def _pattern(validator, pattern, instance, schema):
+    """JSON Schema's `pattern` with ECMA-262 anchors. jsonschema runs patterns with Python's re,
+    where `$` also matches before a final newline: "bf16\n" would pass "^[a-z0-9]+$", and names
+    end up in generated source and messages."""
+    if validator.is_type(instance, "string") and not _ecma(pattern).search(instance):
+        from jsonschema.exceptions import ValidationError
+
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _ecma(pattern: str) -> re.Pattern:
+    """`pattern` compiled with every `$` outside a character class meaning end of text (\\Z)."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i: i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class:
+            in_class = False
+        out.append("\\Z" if c == "$" and not in_class else c)
+        i += 1
+    return re.compile("".join(out))
 
 
 def schema_problems(doc: Document, name: str = "policy", code: str = "E201") -> list[Problem]:
@@ -52,7 +84,7 @@ def _explain(doc: Document, err) -> list[Problem]:
     if v == "additionalProperties" and isinstance(err.instance, dict):
         allowed = list(err.schema.get("properties", {}))
         extras = [k for k in err.instance if k not in allowed]
-        return [doc.problem("E201", f"unknown key '{k}' in {_where(path)}", path + (k,), key=True,
+        return [doc.problem("E201", f"unknown key {shown(k)} in {_where(path)}", path + (k,), key=True,
                             hint=did_you_mean(k, allowed) if allowed else "")
                 for k in extras]
     if v == "required":
@@ -74,7 +106,7 @@ def _explain(doc: Document, err) -> list[Problem]:
         return [doc.problem("E201", f"{_where(path)}: a {err.instance['type']} input takes no "
                             "values/minimum/maximum here", path, key=True)]
     if v == "pattern":
-        return [doc.problem("E201", f"{_where(path)}: {err.instance!r} is not a valid name here "
+        return [doc.problem("E201", f"{_where(path)}: {shown(err.instance)} is not a valid name here "
                             f"(pattern {err.validator_value})", path)]
     return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path)]
 

@@ -25,6 +25,8 @@ def close_matches(name: str, candidates) -> list[str]:
     prefixed = [c for f, c in folded.items() if f.startswith(key)]
     if 0 < len(prefixed) <= 4:
         return prefixed
+    if len(key) > 3 * max(len(f) for f in folded):
+        return []  # nothing can reach the cutoff; difflib would still index the whole name
     return [folded[h] for h in difflib.get_close_matches(key, list(folded), n=1, cutoff=0.6)]
 
 
@@ -63,7 +65,10 @@ def near_miss(name: str, candidates) -> str | None:
     key = _fold(name)
     best = None
     for c in candidates:
-        d = edit_distance(key, _fold(c))
+        folded = _fold(c)
+        if abs(len(folded) - len(key)) > 2:  # more than two edits apart: skip the quadratic distance
+            continue
+        d = edit_distance(key, folded)
         styled = ("-" in c) == ("-" in name)  # on a tie, the spelling styled like the name
         if d <= 2 and (best is None or (d, not styled) < best[0]):
             best = ((d, not styled), c)

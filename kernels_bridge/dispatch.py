@@ -93,11 +93,14 @@ def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length,
         raise ValidationError("sm_scale: flashmla_sparse requires sm_scale (a finite real "
                               "number; SGLang passes the layer's scaling); got None",
                               argument="sm_scale")
-    check_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
-                  check_finite=check_finite)
+    shape = check_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
+                          check_finite=check_finite)
     chosen, _ = select_provider("flashmla_sparse", q.device, provider,
                                 attn_sink=attn_sink is not None,
                                 topk_length=topk_length is not None)
+    if shape.empty:  # no query: empty outputs, no kernel of any provider
+        stats = q.new_empty(0, shape.h_q, dtype=torch.float32)
+        return AttentionResult(q.new_empty(0, shape.h_q, D_V), stats, stats.clone(), chosen)
     if chosen == "flashmla":
         out, max_logits, lse = flashmla.prefill_call(q, kv, indices, sm_scale, attn_sink,
                                                      topk_length)
@@ -119,9 +122,13 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
             f"kernel has no dynamic top-k length); mark unused slots with -1; got "
             f"{describe(topk_length)}", argument="topk_length")
     check_d_v(d_v)
-    check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite)
+    shape = check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite)
     chosen, _ = select_provider("flashmla_kv", q.device, provider,
                                 attn_sink=attn_sink is not None)
+    if shape.empty:  # no request or no query: empty outputs, no kernel of any provider
+        b, s_q, h_q = shape.b, shape.s_q, shape.h_q
+        return AttentionResult(q.new_empty(b, s_q, h_q, D_V),
+                               q.new_empty(b, s_q, h_q, dtype=torch.float32).transpose(1, 2), None, chosen)
     if chosen == "flashmla":
         out, lse = flashmla.decode_call(q, k_cache, indices, softmax_scale, attn_sink)
     else:
@@ -166,15 +173,24 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
     with the policy's message, before any work. Other keyword arguments go to run_backend.
 
     Raises RoutingRejected (the policy rejects the config; `.decision` has every violation),
-    ValidationError (the rows disagree with the decided dtype, a phase the policy does not have,
-    a backend the bridge cannot run, or a bad tensor)."""
+    ValidationError (a bad config, with the engine's problems in `.problems`; the rows disagree
+    with the decided dtype; a phase the policy does not have; a backend the bridge cannot run; a
+    bad tensor), all before any work. A policy that cannot be loaded raises engine.PolicyError."""
     import engine
 
+    for name, value in (("q", q), ("kv_cache", kv_cache)):
+        if not isinstance(value, torch.Tensor):
+            raise ValidationError(f"{name}: expected a torch.Tensor; got {describe(value)}", argument=name)
     if isinstance(decision_or_config, engine.Decision):
         decision = decision_or_config
     else:
         pol = engine.load_policy(policy or _default_policy())
-        config = pol.normalize(decision_or_config)
+        try:
+            config = pol.normalize(decision_or_config)
+        except engine.ConfigError as exc:
+            error = ValidationError(f"config: {exc}", argument="config")
+            error.problems = exc.problems
+            raise error from None
         rows = cache_dtype_of(kv_cache)
         if "kv_cache_dtype" in pol.inputs and "kv_cache_dtype" not in config and rows is not None:
             config["kv_cache_dtype"] = rows

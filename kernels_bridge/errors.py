@@ -19,7 +19,13 @@ def describe(value: Any) -> str:
         return f"shape {tuple(shape)}, dtype {dtype}, device {getattr(value, 'device', '?')}"
     if value is None:
         return "None"
-    return f"a {type(value).__name__} ({value!r})"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails must not hide the error being reported
+        text = "?"
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"a {type(value).__name__} ({text})"
 
 
 class BridgeError(Exception):

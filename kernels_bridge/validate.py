@@ -22,7 +22,8 @@ Rules (FlashMLA's `csrc/api/sparse_{fwd,decode}.h` checks, plus the ones its ker
   addresses 16-byte aligned and the cache's block stride a multiple of 16 bytes (TMA); the outer
   strides of indices multiples of 8 elements (32 bytes); every stride below 2**31 (the kernels
   keep strides in int32).
-- one device for every tensor.
+- one device for every tensor, a device with data (meta tensors have none: their values cannot
+  be checked, nor computed on); dense tensors only (torch.strided layout).
 - values: decode indices are -1 or a row of the cache, 0 <= i < num_blocks * block_size (only -1
   is skipped; anything else is read); prefill indices may hold anything (< 0 or >= s_kv is
   masked). topk_length within [0, topk]. attn_sink free of NaN (+-inf is meaningful). The scale
@@ -127,6 +128,7 @@ def check_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_length
         if tuple(topk_length.shape) != (s_q,):
             _fail("topk_length", topk_length, want_len)
     _same_device(q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+    _has_data(q=q)
     _last_dim_contiguous(q=q, kv=kv, indices=indices)
     _contiguous_1d(attn_sink=attn_sink, topk_length=topk_length)
     _aligned(q=q, kv=kv)
@@ -177,6 +179,7 @@ def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
     check_scale("softmax_scale", softmax_scale, required=False)
     _check_sink(attn_sink, h_q)
     _same_device(q, k_cache=k_cache, indices=indices, attn_sink=attn_sink)
+    _has_data(q=q)
     _last_dim_contiguous(q=q, k_cache=k_cache, indices=indices)
     if block_size > 1 and k_cache.stride(1) != FP8_ROW_BYTES:
         raise ValidationError(
@@ -225,6 +228,9 @@ def _fail(name: str, x, expected: str):
 def _dtype(name: str, x, dtypes: Sequence[torch.dtype], expected: str) -> None:
     if not isinstance(x, torch.Tensor) or x.dtype not in dtypes:
         _fail(name, x, expected)
+    if x.layout != torch.strided:  # a sparse or nested tensor has no strides to check or read
+        raise ValidationError(f"{name}: expected a dense tensor (layout torch.strided); got layout "
+                              f"{x.layout} ({describe(x)})", argument=name)
 
 
 def _rank(name: str, x: torch.Tensor, ndim: int, expected: str) -> None:
@@ -258,6 +264,14 @@ def _same_device(q: torch.Tensor, **others) -> None:
             raise ValidationError(
                 f"{name}: expected on q's device {q.device} (every tensor on one device); "
                 f"got {describe(t)}", argument=name)
+
+
+def _has_data(q: torch.Tensor) -> None:
+    """Every tensor is on q's device (checked before); that device must hold data."""
+    if q.device.type == "meta":
+        raise ValidationError(f"q: expected tensors with data on a real device (CPU or CUDA); got "
+                              f"{describe(q)}: a meta tensor has no values to check or attend over",
+                              argument="q")
 
 
 def _last_dim_contiguous(**tensors) -> None:

@@ -28,3 +28,23 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs CUDA and the flash_mla package"))
         if "slow" in item.keywords and not long_runs:
             item.add_marker(pytest.mark.skip(reason="long run: set HISPARSE_LONG=1"))
+
+
+_FIGURES: list = []
+
+
+@pytest.fixture
+def figures():
+    """Where a test records a measurement: (case, what, seconds, MiB, memory kind). Printed at
+    the end of the run when HISPARSE_FIGURES=1."""
+    return _FIGURES
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FIGURES or os.environ.get("HISPARSE_FIGURES") != "1":
+        return
+    write = terminalreporter.write_line
+    write("")
+    write(f"{'case':32} {'door':18} {'time ms':>9} {'memory MiB':>11}  memory measured as")
+    for case, what, seconds, mib, kind in _FIGURES:
+        write(f"{case:32} {what:18} {seconds * 1000:9.1f} {mib:11.1f}  {kind}")

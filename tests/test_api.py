@@ -142,3 +142,26 @@ def test_import_engine_never_loads_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_enum_members_are_the_values_they_stand_for():
+    """A str or int subclass (StrEnum, IntEnum members) is its value, for both evaluators. The
+    compiled one answered "C503: invalid config"; found by tests/test_fuzz.py."""
+    import enum
+
+    class Dtype(str, enum.Enum):
+        FP8 = "fp8_e4m3"
+
+    class Arch(enum.IntEnum):
+        BLACKWELL = 10
+
+    policy = engine.load_policy("nsa-backends@2")
+    config = {"enable_hisparse": True, "kv_cache_dtype": Dtype.FP8, "disable_radix_cache": True,
+              "sm_major": Arch.BLACKWELL, "nsa-decode-backend": "flashmla_kv"}
+    fast, slow = policy.evaluate(config), policy.interpret(config)
+    assert fast.to_dict() == slow.to_dict() == policy.evaluate(
+        dict(HISPARSE_FP8, sm_major=10, nsa_decode_backend="flashmla_kv")).to_dict()
+    assert type(fast.config["kv_cache_dtype"]) is str and type(fast.config["sm_major"]) is int
+    assert fast.input is config
+    with pytest.raises(engine.ConfigError, match="C503: sm_major: expected an integer, got a boolean True"):
+        policy.evaluate({"sm_major": True})

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from kernels_bridge import ValidationError, quantize_kv_fp8, reference, run_backend
+from kernels_bridge import ValidationError, attend, quantize_kv_fp8, reference, run_backend
 from kernels_bridge import sparse_decode_fp8, sparse_prefill
 from kernels_bridge.validate import check_decode, check_prefill
 
@@ -290,3 +290,142 @@ def test_unknown_provider_suggests():
     with pytest.raises(ValidationError, match="did you mean 'flashmla'"):
         run_backend("flashmla_kv", args["q"], args["k_cache"], args["indices"],
                     provider="flashmal")
+
+
+# -- through every entry, and combined -----------------------------------------------------------
+HISPARSE_FP8 = {"enable_hisparse": True, "disable_radix_cache": True}
+
+
+def _entries(kind):
+    """Callables running a decode (or prefill) call through each public entry."""
+    if kind == "decode":
+        return {
+            "reference": lambda a: sparse_decode_fp8(**a),
+            "run_backend": lambda a: run_backend("flashmla_kv", a["q"], a["k_cache"], a["indices"],
+                                                 softmax_scale=a["softmax_scale"], attn_sink=a["attn_sink"]),
+            "attend": lambda a: attend(HISPARSE_FP8, a["q"], a["k_cache"], a["indices"],
+                                       policy="nsa-backends@2", softmax_scale=a["softmax_scale"],
+                                       attn_sink=a["attn_sink"]),
+        }
+    return {
+        "reference": lambda a: sparse_prefill(**a),
+        "run_backend": lambda a: run_backend("flashmla_sparse", a["q"], a["kv"], a["indices"],
+                                             sm_scale=a["sm_scale"], attn_sink=a["attn_sink"],
+                                             topk_length=a["topk_length"]),
+        "attend": lambda a: attend(dict(HISPARSE_FP8, kv_cache_dtype="bfloat16"), a["q"], a["kv"],
+                                   a["indices"], phase="prefill", policy="nsa-backends@2",
+                                   sm_scale=a["sm_scale"], attn_sink=a["attn_sink"],
+                                   topk_length=a["topk_length"]),
+    }
+
+
+def _meta(args):
+    return {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
+def _set(args, **changes):
+    out = dict(args)
+    out.update(changes)
+    return out
+
+
+def _oob(args, value=10_000):
+    idx = args["indices"].clone()
+    idx.view(-1)[5] = value
+    return idx
+
+
+# (case, kind, build(args) -> args, argument named, fragment)
+ENTRY_CASES = [
+    ("all-meta", "decode", _meta, "q", "meta tensor has no values"),
+    ("all-meta", "prefill", _meta, "q", "meta tensor has no values"),
+    ("sparse-q", "decode", lambda a: _set(a, q=a["q"].to_sparse()), "q", "layout torch.sparse_coo"),
+    ("sparse-indices", "prefill", lambda a: _set(a, indices=a["indices"].to_sparse()), "indices",
+     "layout torch.sparse_coo"),
+    ("index-out-of-range", "decode", lambda a: _set(a, indices=_oob(a)), "indices", "= 10000"),
+    ("index-minus-2", "decode", lambda a: _set(a, indices=_oob(a, -2)), "indices", "= -2"),
+    ("topk-0", "decode", lambda a: _set(a, indices=a["indices"][..., :0]), "indices", "shape (2, 1, 0)"),
+    ("topk-0", "prefill", lambda a: _set(a, indices=a["indices"][..., :0]), "indices", "shape (2, 1, 0)"),
+    ("q-not-a-tensor", "decode", lambda a: _set(a, q=a["q"].tolist()), "q", "a list"),
+    # several bad arguments: the first in the documented order is named, nothing computes
+    ("q-dtype+index", "decode", lambda a: _set(a, q=a["q"].half(), indices=_oob(a)), "q", "torch.float16"),
+    ("index-device+range", "decode", lambda a: _set(a, indices=_oob(a).to("meta")), "indices", "device meta"),
+    ("sink-nan+index", "decode", lambda a: _set(a, attn_sink=torch.full((64,), math.nan), indices=_oob(a)),
+     "attn_sink", "NaN"),
+    ("index-strides+range", "decode",
+     lambda a: _set(a, indices=torch.full((2, 1, 66), 99_999, dtype=I32)[..., :64]), "indices", "multiples of 8"),
+    ("kv-meta+q-dtype", "prefill", lambda a: _set(a, kv=a["kv"].to("meta"), q=a["q"].float()), "q", "float32"),
+    ("len-range+sink-shape", "prefill",
+     lambda a: _set(a, topk_length=torch.tensor([500, 1], dtype=I32), attn_sink=torch.zeros(3)), "attn_sink",
+     "shape (3,)"),
+]
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES, ids=[f"{c[1]}-{c[0]}" for c in ENTRY_CASES])
+@pytest.mark.parametrize("entry", ["reference", "run_backend", "attend"])
+def test_every_entry_refuses_before_any_work(case, entry, monkeypatch):
+    _, kind, build, argument, fragment = case
+    for name in ("decode_compute", "prefill_compute"):
+        monkeypatch.setattr(reference, name, lambda *a, **k: pytest.fail("a kernel ran"))
+    args = build(decode_args() if kind == "decode" else prefill_args())
+    call = _entries(kind)[entry]
+    with pytest.raises(ValidationError) as info:
+        call(args)
+    assert info.value.argument == argument, str(info.value)
+    assert str(info.value).startswith(f"{argument}: ") and fragment in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("config, code", [
+    ({"kv_cache_dtyp": "fp8_e4m3"}, "C501"),
+    ({"enable_hisparse": "true"}, "C503"),
+    ({"kv_cache_dtype": "fp9"}, "C502"),
+    (["enable_hisparse"], "C504"),
+])
+def test_attend_names_a_bad_config(config, code):
+    args = decode_args()
+    with pytest.raises(ValidationError) as info:
+        attend(config, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2")
+    assert info.value.argument == "config" and str(info.value).startswith(f"config: {code}: ")
+    assert [p.code for p in info.value.problems] == [code]
+
+
+@pytest.mark.parametrize("field, value", [("q", None), ("kv_cache", [[0] * 656]), ("kv_cache", 3)])
+def test_attend_names_a_non_tensor(field, value):
+    args = decode_args()
+    q, cache = (value, args["k_cache"]) if field == "q" else (args["q"], value)
+    with pytest.raises(ValidationError) as info:
+        attend(HISPARSE_FP8, q, cache, args["indices"], policy="nsa-backends@2")
+    assert info.value.argument == field and "expected a torch.Tensor" in str(info.value)
+
+
+@pytest.mark.parametrize("entry", ["run_backend", "attend"])
+def test_nan_in_q_is_refused_on_request_through_every_entry(entry):
+    args = decode_args()
+    args["q"][1, 0, 3, 9] = math.nan
+    with pytest.raises(ValidationError, match=r"q\[1, 0, 3, 9\] = nan"):
+        if entry == "run_backend":
+            run_backend("flashmla_kv", args["q"], args["k_cache"], args["indices"], check_finite=True)
+        else:
+            attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2",
+                   check_finite=True)
+
+
+@pytest.mark.parametrize("b, s_q", [(0, 1), (2, 0), (0, 0)])
+@pytest.mark.parametrize("entry", ["run_backend", "attend"])
+def test_empty_decode_batches_run_no_kernel(b, s_q, entry, monkeypatch):
+    monkeypatch.setattr(reference, "decode_compute", lambda *a, **k: pytest.fail("a kernel ran"))
+    args = decode_args(b=b, s_q=s_q)
+    if entry == "run_backend":
+        result = run_backend("flashmla_kv", args["q"], args["k_cache"], args["indices"])
+    else:
+        result = attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2")
+    assert result.out.shape == (b, s_q, 64, 512) and result.out.dtype == BF16
+    assert result.lse.shape == (b, 64, s_q) and result.lse.dtype == torch.float32
+    assert result.max_logits is None and result.provider == "reference"
+
+
+def test_empty_prefill_runs_no_kernel(monkeypatch):
+    monkeypatch.setattr(reference, "prefill_compute", lambda *a, **k: pytest.fail("a kernel ran"))
+    args = prefill_args(s_q=0)
+    result = run_backend("flashmla_sparse", args["q"], args["kv"], args["indices"], sm_scale=0.1)
+    assert result.out.shape == (0, 64, 512) and result.lse.shape == result.max_logits.shape == (0, 64)

@@ -234,3 +234,28 @@ def test_instrumented_evaluator_counts_like_the_interpreter(ref):
         for rule in trace.default_matches:
             want_held[index[rule.name]] += 1
     assert held == want_held and chosen == want_chosen
+
+
+def test_an_unconditional_default_ends_the_defaults(tmp_path):
+    """Rules after a default without `when` never run. The compiled evaluator emitted `elif`
+    after that `else:` (a SyntaxError at load); found by tests/test_fuzz.py deleting a line."""
+    text = DEPRECATED.replace("- {name: small, when: {size: 1}, set: {main: a}, log: \"size {size}: {main}\"}",
+                              "- {name: first, set: {main: a}}\n    - {name: small, when: {size: 1}, set: {main: b}}")
+    policy = load_text(tmp_path, text)
+    for config in policy.domain():
+        fast, slow = policy.evaluate(config), policy.interpret(config)
+        assert fast.outcome() == slow.outcome() and fast.sources == slow.sources
+    assert policy.evaluate({"size": 1}).sources == {"main": "first"}
+    from engine.lint import lint
+
+    assert sorted(p.code for p in lint(policy)[0]) == ["L401", "L401"]
+
+
+def test_a_deprecated_flag_log_with_a_field_is_a_load_error(tmp_path):
+    """Deprecated-flag log lines are plain text; a field in one was reported and then rendered
+    anyway, raising KeyError out of load_policy. Found by tests/test_fuzz.py swapping values."""
+    text = DEPRECATED.replace("\"'--old-size' is deprecated\"", "\"'--old-size' is deprecated ({size})\"")
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, text)
+    (problem,) = exc.value.problems
+    assert problem.code == "E306" and "'{size}' is not known here" in problem.message

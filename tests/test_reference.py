@@ -288,3 +288,49 @@ def test_fp8_decode_close_to_bf16_on_realistic_inputs(q_scale, min_cos, max_err,
     assert fig["cosine"] > min_cos
     assert 0 < fig["max_err_over_peak"] < max_err
     assert 0 < fig["max_lse_diff"] < max_lse
+
+
+# ---- non-finite q and strided inputs: documented behaviour ---------------------------------
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_q_spoils_only_its_query_and_head(bad):
+    """Not looked for by default (check_finite=True refuses it up front): a NaN or inf in q[i, h]
+    makes only that query's head non-finite, as in FlashMLA; every other output is unchanged."""
+    s_kv = 300
+    kv = make_kv(s_kv, 80).view(s_kv, 1, 576)
+    q = make_q((4, 64), 81)
+    idx = prefill_indices(4, 128, s_kv, 82, lonely=())
+    clean = sparse_prefill(q, kv, idx, 0.05)
+    q[2, 7, 100] = bad
+    dirty = sparse_prefill(q, kv, idx, 0.05)
+    spoiled = torch.zeros(4, 64, dtype=torch.bool)
+    spoiled[2, 7] = True
+    for a, b in zip(clean, dirty):  # out, max_logits, lse
+        rows_a, rows_b = a.reshape(4, 64, -1).float(), b.reshape(4, 64, -1).float()
+        assert torch.equal(rows_a[~spoiled], rows_b[~spoiled])
+    assert not torch.isfinite(dirty[0][2, 7].float()).all()
+    cache = quantize_kv_fp8(make_kv(256, 83)).view(4, 64, 1, 656)
+    qd = make_q((2, 1, 64), 84)
+    di = decode_indices(2, 1, 64, 256, 85, lonely=False)
+    out_clean, lse_clean = sparse_decode_fp8(qd, cache, di)
+    qd[1, 0, 5, 0] = bad
+    out_dirty, lse_dirty = sparse_decode_fp8(qd, cache, di)
+    keep = torch.ones(2, 1, 64, dtype=torch.bool)
+    keep[1, 0, 5] = False
+    assert torch.equal(out_clean[keep], out_dirty[keep])
+    assert torch.equal(lse_clean.transpose(1, 2)[keep], lse_dirty.transpose(1, 2)[keep])
+    assert not torch.isfinite(out_dirty[1, 0, 5].float()).all()
+
+
+def test_strided_outer_dims_are_accepted_and_read_correctly():
+    """Only the last dim must be contiguous: q, kv and indices sliced along outer dims (every
+    other query, every other row) give exactly what their contiguous copies give."""
+    s_kv = 600
+    kv_all = make_kv(s_kv, 90).view(s_kv // 2, 2, 576)[:, :1]      # every other row, [300, 1, 576]
+    q_all = make_q((8, 64), 91)[::2]                               # every other query
+    idx_all = torch.cat([prefill_indices(4, 128, s_kv // 2, 92, lonely=())] * 2, dim=1)[:, :1]
+    assert not q_all.is_contiguous() and not kv_all.is_contiguous() and not idx_all.is_contiguous()
+    got = sparse_prefill(q_all, kv_all, idx_all, 0.05)
+    want = sparse_prefill(q_all.contiguous(), kv_all.contiguous(), idx_all.contiguous(), 0.05)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

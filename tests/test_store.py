@@ -1,0 +1,382 @@
+"""PolicyStore: safe reload. A broken or half-written edit never replaces the last good policy,
+a new good version becomes current, a removed file keeps its last good policy in service, and
+readers evaluating all along never see an exception nor a decision from a broken file."""
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+
+import engine
+from engine import PolicyStore
+from engine import store as store_module
+from helpers import minimal_text
+
+CONFIGS = [{}, {"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "bfloat16", "sm_major": 10},
+           {"decode_backend": "flashmla_kv"}]
+SECOND_CHECK = '''    - name: sm-check
+      require: {sm_major: {">=": 9}}
+      message: "needs SM9 or newer, got SM{sm_major}"
+'''
+
+
+def policy_text(version: int, note: str = "") -> str:
+    """A good `mini` policy of `version`; `note` makes other bytes of the same version. Its
+    prefix up to the second check is itself a good policy (what a torn write could leave)."""
+    text = minimal_text().replace("version: 1", f"version: {version}", 1)
+    text = text.replace("A small valid policy", f"A small valid policy{note}", 1)
+    return text + SECOND_CHECK
+
+
+def valid_prefix(text: str) -> str:
+    return text.split("    - name: sm-check")[0]
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def family(tmp_path):
+    folder = tmp_path / "mini"
+    folder.mkdir()
+
+    def put(version, text):
+        (folder / f"v{version}.yaml").write_text(text, encoding="utf-8")
+        return str(folder / f"v{version}.yaml")
+
+    put.folder = folder
+    put.root = str(tmp_path)
+    return put
+
+
+def test_sanity_of_the_texts(tmp_path):
+    """The torn-write stand-in really is a good policy (so serving it would be a real failure)."""
+    for text in (policy_text(1), valid_prefix(policy_text(1))):
+        path = tmp_path / "mini" / "v1.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        engine.load_policy(str(path))
+    assert sha(policy_text(1)) != sha(valid_prefix(policy_text(1)))
+
+
+def test_serves_the_newest_good_version(family):
+    family(1, policy_text(1))
+    family(2, policy_text(2))
+    family(3, "policy: mini\nversion: [\n")  # never good
+    store = PolicyStore(family.root, "mini")
+    assert store.current().version == 2 and store.current().sha256 == sha(policy_text(2))
+    decision = store.evaluate({"kv_cache_dtype": "fp8_e4m3"})
+    assert decision.backends == {"decode": "flashmla_kv"} and decision.policy is store.current()
+    (problem,) = store.errors[os.path.join(family.root, "mini", "v3.yaml")]
+    assert problem.code == "E104" and (problem.line, problem.col) == (3, 1)
+    status = store.status()
+    assert status["current"]["version"] == 2
+    assert [f["state"] for f in status["files"].values()] == ["good", "good", "refused"]
+
+
+def test_a_new_good_version_becomes_current(family):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    assert store.refresh().changed is False
+    v2 = family(2, policy_text(2))
+    result = store.refresh()
+    assert result.changed and result.loaded == (v2,) and result.previous.version == 1
+    assert store.current().version == 2 and store.evaluate({}).policy.version == 2
+
+
+def test_a_broken_edit_never_replaces_the_last_good_policy(family):
+    path = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    good = store.current()
+    family(1, policy_text(1).replace("    default: 9", "    default: [9"))  # YAML syntax error
+    result = store.refresh()
+    assert result.refused == (path,) and not result.changed and store.current() is good
+    (problem,) = store.errors[path]
+    assert str(problem) == (f"{path}:13:9: E104: YAML syntax: while parsing a flow sequence did not "
+                            "find expected ',' or ']'")
+    assert store.evaluate({}).policy is good
+    # a schema error, then a name error: the same, each reported with its position
+    family(1, policy_text(1).replace("kv_cache_dtype: fp8_e4m3}", "kv_cache_dtyp: fp8_e4m3}"))
+    store.refresh()
+    assert store.current() is good and [p.code for p in store.errors[path]] == ["E301"]
+    assert str(store.errors[path][0]).startswith(f"{path}:24:")
+    # fixed: served, errors cleared
+    family(1, policy_text(1, " (fixed)"))
+    result = store.refresh()
+    assert result.changed and result.loaded == (path,) and store.errors == {}
+    assert store.current().sha256 == sha(policy_text(1, " (fixed)"))
+
+
+def test_a_broken_new_version_leaves_the_current_one(family):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    v2 = family(2, policy_text(2).replace("version: 2", "version: 3"))  # identity mismatch
+    result = store.refresh()
+    assert result.refused == (v2,) and store.current().version == 1
+    assert [p.code for p in store.errors[v2]] == ["E312"]
+
+
+def test_removing_the_current_file_keeps_serving_it(family):
+    family(1, policy_text(1))
+    v2 = family(2, policy_text(2))
+    store = PolicyStore(family.root, "mini", settle=0)
+    served = store.current()
+    os.remove(v2)
+    result = store.refresh()
+    assert result.removed == (v2,) and not result.changed and store.current() is served
+    (problem,) = store.errors[v2]
+    assert problem.code == "S801" and "still serving mini@2" in problem.message
+    assert store.status()["files"][v2]["state"] == "removed"
+    assert store.refresh().removed == ()  # said once
+    family(2, policy_text(2))  # back, same bytes: the same policy, nothing changes
+    result = store.refresh()
+    assert result.loaded == (v2,) and not result.changed and store.errors == {}
+
+
+def test_a_never_good_file_removed_is_forgotten(family):
+    family(1, policy_text(1))
+    bad = family(2, "not: [valid")
+    store = PolicyStore(family.root, "mini", settle=0)
+    assert bad in store.errors
+    os.remove(bad)
+    assert store.refresh().removed == (bad,) and store.errors == {}
+
+
+def test_a_change_waits_until_the_file_is_quiet(family, monkeypatch):
+    """In-place writers: a change is read only after `settle` seconds without change, so a file
+    caught half-written (here a prefix that is itself a good policy) is never served."""
+    path = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0.3)
+    full = policy_text(1, " (second)")
+    with open(path, "w", encoding="utf-8") as fh:  # in place: truncate, then write in two parts
+        fh.write(valid_prefix(full))
+        fh.flush()
+        assert store.refresh().pending == (path,)
+        fh.write(full[len(valid_prefix(full)):])
+    assert store.refresh().pending == (path,)
+    assert store.current().sha256 == sha(policy_text(1))
+    time.sleep(0.35)
+    result = store.refresh()
+    assert result.loaded == (path,) and store.current().sha256 == sha(full)
+
+
+def test_bytes_that_change_while_read_are_not_used(family, monkeypatch):
+    path = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    family(1, policy_text(1, " (edited)"))
+    real = store_module.read_snapshot
+    monkeypatch.setattr(store_module, "read_snapshot", lambda *a, **k: (real(*a, **k)[0][:100], None))
+    assert store.refresh().pending == (path,) and store.current().sha256 == sha(policy_text(1))
+    monkeypatch.setattr(store_module, "read_snapshot", real)
+    assert store.refresh().loaded == (path,) and store.current().sha256 == sha(policy_text(1, " (edited)"))
+
+
+def test_special_and_unreadable_files_are_refused_without_blocking(family):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    os.mkfifo(family.folder / "v2.yaml")
+    (family.folder / "v3.yaml").mkdir()
+    start = time.perf_counter()
+    result = store.refresh()
+    assert time.perf_counter() - start < 5
+    assert len(result.refused) == 2 and store.current().version == 1
+    messages = {os.path.basename(f): str(p[0]) for f, p in store.errors.items()}
+    assert "E101: cannot read file: not a regular file (a FIFO)" in messages["v2.yaml"]
+    assert "E101: cannot read file: is a directory" in messages["v3.yaml"]
+
+
+def test_an_unexpected_error_is_contained(family, monkeypatch):
+    path = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    family(1, policy_text(1, " (edited)"))
+
+    def boom(*args, **kwargs):
+        raise IndexError("a bug")
+
+    monkeypatch.setattr(store_module, "load_bytes", boom)
+    result = store.refresh()
+    assert result.refused == (path,) and store.current().sha256 == sha(policy_text(1))
+    assert str(store.errors[path][0]) == f"{path}: S802: internal error while loading: IndexError: a bug"
+
+
+def test_the_folder_going_away_keeps_everything(family):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    served = store.current()
+    moved = family.folder.with_name("mini-moved")
+    family.folder.rename(moved)
+    result = store.refresh()
+    assert result.removed == () and store.current() is served
+    (problem,) = store.errors[os.path.join(family.root, "mini")]
+    assert problem.code == "E101" and "cannot read the policy folder" in problem.message
+    moved.rename(family.folder)
+    store.refresh()
+    assert store.errors == {}
+
+
+@pytest.mark.parametrize("setup, family_name, code, text", [
+    (lambda f: None, "mini", "R601", "no version of 'mini'"),
+    (lambda f: f(1, "policy: [mini\n"), "mini", "E104", "YAML syntax"),
+    (lambda f: f(1, policy_text(1)), "mni", "R601", "did you mean 'mini'?"),
+    (lambda f: f(1, policy_text(1)), "../mini", "R602", "bad policy family"),
+])
+def test_nothing_to_serve_is_an_error(family, setup, family_name, code, text):
+    setup(family)
+    with pytest.raises(engine.PolicyError) as info:
+        PolicyStore(family.root, family_name)
+    assert info.value.problems[0].code == code and text in str(info.value)
+
+
+def test_the_shipped_policies():
+    store = PolicyStore()
+    assert store.current().ref == engine.load_policy("nsa-backends").ref
+    assert store.evaluate({"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
+                           "disable_radix_cache": True}).backends["decode"] == "flashmla_kv"
+    assert store.current().file == "policies/nsa-backends/v3.yaml"
+    assert store.errors == {}
+
+
+def test_background_polling_picks_up_changes(family):
+    family(1, policy_text(1))
+    with PolicyStore(family.root, "mini", poll_interval=0.01, settle=0.02) as store:
+        family(2, policy_text(2))
+        assert _wait(lambda: store.current().version == 2)
+        thread = store._thread
+    assert not thread.is_alive()
+
+
+def test_the_poller_survives_a_failing_refresh(family, monkeypatch):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    calls = []
+    real = store._refresh
+
+    def flaky(initial):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("transient")
+        return real(initial)
+
+    monkeypatch.setattr(store, "_refresh", flaky)
+    store.start(0.01)
+    try:
+        family(2, policy_text(2))
+        assert _wait(lambda: store.current().version == 2)
+    finally:
+        store.stop()
+    assert len(calls) >= 2
+
+
+def test_poll_interval_must_be_positive(family):
+    family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini")
+    with pytest.raises(ValueError):
+        store.start(0)
+
+
+def _wait(condition, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.005)
+    return condition()
+
+
+def test_readers_never_see_a_broken_policy_while_a_writer_edits(family):
+    """A writer edits the folder (good edits, broken edits, in-place writes caught half-way with
+    a prefix that is itself a good policy, files renamed into place, a new version, the current
+    file deleted) while reader threads evaluate without pause and a poller reloads. Every
+    decision must come from one of the good texts; no reader may see an exception."""
+    settle = 0.2  # the torn writes pause 2 ms inside a write; GIL waits stretch that to tens of ms
+    good: set[str] = set()
+
+    def publish(version, text, how="in place", pause=0.0):
+        path = family.folder / f"v{version}.yaml"
+        if how == "rename":
+            tmp = family.folder / f".v{version}.yaml.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        elif how == "torn":  # in place, with a pause inside the write (far below `settle`)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(valid_prefix(text))
+                fh.flush()
+                time.sleep(pause)
+                fh.write(text[len(valid_prefix(text)):])
+        else:
+            path.write_text(text)
+
+    def publish_good(version, text, how="in place"):
+        good.add(sha(text))
+        publish(version, text, how, pause=0.002)
+
+    first = policy_text(1)
+    publish_good(1, first)
+    store = PolicyStore(family.root, "mini", poll_interval=0.005, settle=settle)
+    served, failures, stop = set(), [], threading.Event()
+    counts = [0] * 3
+
+    def reader(i):
+        n = 0
+        while not stop.is_set():
+            try:
+                d = store.evaluate(CONFIGS[n % len(CONFIGS)])
+                served.add(d.policy.sha256)
+                assert d.ok in (True, False) and d.backends["decode"] in ("flashmla_kv", "flashmla_sparse")
+            except BaseException as exc:  # noqa: BLE001 - any exception at all is a failure
+                failures.append(repr(exc))
+            n += 1
+        counts[i] = n
+
+    readers = [threading.Thread(target=reader, args=(i,)) for i in range(3)]
+    for t in readers:
+        t.start()
+    refused_seen = set()
+
+    def wait_for(check):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            refused_seen.update((f, p[0].code) for f, p in store.errors.items())
+            if check():
+                return
+            time.sleep(0.005)
+        raise AssertionError("the store did not reach the expected state")
+
+    def refused(version):
+        return lambda: any(f.endswith(f"v{version}.yaml") and p[0].code != "S801"
+                           for f, p in store.errors.items())
+
+    def serving(text):
+        return lambda: store.current().sha256 == sha(text)
+
+    try:
+        steps = [
+            (lambda: publish_good(1, policy_text(1, " a")), serving(policy_text(1, " a"))),
+            (lambda: publish(1, "policy: mini\nversion: [1\n"), refused(1)),
+            (lambda: publish_good(1, policy_text(1, " b"), "torn"), serving(policy_text(1, " b"))),
+            (lambda: publish_good(2, policy_text(2), "rename"), serving(policy_text(2))),
+            (lambda: publish(2, policy_text(2, " c")[:-40], "rename"), refused(2)),
+            (lambda: publish_good(2, policy_text(2, " d"), "torn"), serving(policy_text(2, " d"))),
+            (lambda: publish(3, policy_text(3).replace("flashmla_kv]", "flashmla_kx]")), refused(3)),
+            (lambda: publish_good(3, policy_text(3, " e"), "torn"), serving(policy_text(3, " e"))),
+            (lambda: os.remove(family.folder / "v3.yaml"), lambda: "S801" in {c for _, c in refused_seen}),
+            (lambda: publish_good(4, policy_text(4, " f"), "rename"), serving(policy_text(4, " f"))),
+            (lambda: publish(4, ""), refused(4)),
+            (lambda: publish_good(4, policy_text(4, " g"), "torn"), serving(policy_text(4, " g"))),
+        ]
+        for act, done in steps:
+            act()
+            wait_for(done)
+        time.sleep(settle * 2)  # let every reader run against the final state too
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+        store.stop()
+    assert failures == []
+    assert served <= good, f"served {len(served - good)} decision(s) from a text that is not a good one"
+    assert len(served) >= 6 and min(counts) > 100  # it really reloaded under load
+    assert {code for _, code in refused_seen} >= {"E104", "E303", "E109", "S801"}
+    assert store.current().sha256 == sha(policy_text(4, " g"))
