@@ -95,10 +95,23 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
     return fixed
 
 
+MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
+
+
+def check_size(size: int, what: str) -> None:
+    if size > MAX_CONFIGS:
+        raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
+                                   "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
+
+
 def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
     """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples."""
     axes = union_axes(a, b)
     fixed = restrict(a, b, axes, where)
+    size = 1
+    for ax in axes:
+        size *= len(ax.values)
+    check_size(size, f"the union domain of {a.ref} and {b.ref}")
     a_axes = [(i, ax.a_name) for i, ax in enumerate(axes) if ax.a_name is not None]
     b_axes = [(i, ax.b_name) for i, ax in enumerate(axes) if ax.b_name is not None]
     counts = dict.fromkeys(CLASSES, 0)

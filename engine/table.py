@@ -39,9 +39,16 @@ def parse_where(policy, items: list[str]) -> dict:
 
 def routing_rows(policy, fixed: dict | None = None) -> dict:
     """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}"""
+    from .diff import check_size
+
     fixed = fixed or {}
     axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
     domains = [policy.inputs[n].domain() for n in axes]
+    rows = 1
+    for d in domains:
+        rows *= len(d)
+    # each row is evaluated once with the phases unset and once per backend per phase
+    check_size(rows * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
     phases = list(policy.phases.items())
     backends = list(policy.backends)
     groups: dict = {}

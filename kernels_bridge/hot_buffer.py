@@ -453,6 +453,11 @@ class HotBuffer:
             raise HotBufferError(f"{name}: {_describe(t)}; expected an integer tensor {shape_doc}")
         if t.dim() != ndim:
             raise HotBufferError(f"{name}: {_describe(t)}; expected {ndim}-D {shape_doc}")
+        if t.device.type not in ("cpu", self._device.type) or t.is_meta or t.layout != torch.strided:
+            raise HotBufferError(
+                f"{name}: {_describe(t)} on {t.device} ({t.layout}); expected a dense tensor on the "
+                f"CPU or {self._device}"
+            )
         return t.to(self._device)
 
     def _validate(self, req_ids, seq_lens, positions):

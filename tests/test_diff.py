@@ -175,3 +175,18 @@ def test_v2_to_v3_groups_agree_with_direct_evaluation():
             assert not a_ok and not b_ok
         else:
             assert a_ok and b_ok and da.backends == db.backends and da.log != db.log
+
+
+def test_whole_domain_operations_refuse_an_enormous_domain(capsys, tmp_path, monkeypatch):
+    """A policy file cannot make diff or table run for hours: past the limit, exit 2 with a hint."""
+    import engine.diff as d
+
+    monkeypatch.setattr(d, "MAX_CONFIGS", 5000)
+    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2")
+    assert code == 2 and "C506" in err and "12,288 configs" in err and "--where" in err
+    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--where", "dsa_model=true",
+                           "--where", "enable_hisparse=true")
+    assert code == 1  # restricted to 3,072 configs: runs
+    monkeypatch.setattr(d, "MAX_CONFIGS", 2000)  # the v2 table evaluates 192 rows x 15
+    code, _, err = run_cli(capsys, "table", "--policy", "nsa-backends@2")
+    assert code == 2 and "C506" in err and "2,880 configs" in err

@@ -599,3 +599,19 @@ def test_copy_paths_agree(kind, aligned):
         got = translate(hb, [0, 2], lens, rows)
         assert torch.equal(got, model.translate([0, 2], lens, rows))
     assert_agrees(hb, model)
+
+
+@pytest.mark.parametrize("which", ["req_ids", "seq_lens", "positions"])
+def test_tensors_without_data_or_on_another_device_are_refused(which):
+    """A meta tensor (no data) or a sparse one is a HotBufferError naming it, before any change."""
+    hb = HotBuffer(make_pool("fp8", 2, 200), buffer_size=64)
+    args = {"req_ids": torch.tensor([0]), "seq_lens": torch.tensor([100]),
+            "positions": torch.arange(8, dtype=torch.int64).unsqueeze(0)}
+    before = (hb.buffer.clone(), hb.stats)
+    for bad in (args[which].to("meta"), args[which].to_sparse()):
+        with pytest.raises(HotBufferError, match=which):
+            hb.translate(**dict(args, **{which: bad}))
+    assert torch.equal(hb.buffer, before[0]) and hb.stats == before[1]
+    strided = torch.arange(16, dtype=torch.int64).unsqueeze(0)[:, ::2]  # non-contiguous is fine
+    assert torch.equal(hb.translate(args["req_ids"], args["seq_lens"], strided),
+                       hb.translate(args["req_ids"], args["seq_lens"], strided.contiguous()))
