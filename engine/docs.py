@@ -24,11 +24,12 @@ def blocks() -> dict:
     else:
         out["routing-table"] = readme_table
     try:  # in the source tree only: the benchmark results live beside the code, not in the package
-        from bench.report import performance_table
+        from bench.report import performance_notes, performance_table
     except ImportError:
         pass
     else:
         out["performance"] = performance_table
+        out["performance-notes"] = performance_notes
     return out
 
 
