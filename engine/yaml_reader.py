@@ -212,9 +212,23 @@ class _Refused(Exception):
         self.message = message
 
 
-def parse_yaml(text: str, display: str, sha256: str = "") -> Document:
+def parse_yaml(text: str, display: str, sha256: str = "", _loader=_Loader) -> Document:
     """Compose YAML `text` into a Document of plain data, or raise ReadError with every problem
     found before parsing had to stop."""
+    try:
+        return _parse_yaml(text, display, sha256, _loader)
+    except _ScannerDepthLimit:
+        # libyaml 0.2.6+ refuses 1000 nested flow levels while scanning ahead, before this composer
+        # sees level 65; the pure-Python parser scans lazily, so the error (E108) and its position
+        # are the same whichever libyaml is installed
+        return _parse_yaml(text, display, sha256, yaml.SafeLoader)
+
+
+class _ScannerDepthLimit(Exception):
+    pass
+
+
+def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
     doc = Document(None, display, sha256)
     problems: list[Problem] = []
     stack: list[list] = []  # frames: [container, path, pending_key, key_marks]
@@ -267,7 +281,7 @@ def parse_yaml(text: str, display: str, sha256: str = "") -> Document:
         return child
 
     try:
-        for e in yaml.parse(text, Loader=_Loader):
+        for e in yaml.parse(text, Loader=loader):
             if isinstance(e, ev.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
@@ -313,6 +327,8 @@ def parse_yaml(text: str, display: str, sha256: str = "") -> Document:
             elif isinstance(e, (ev.SequenceEndEvent, ev.MappingEndEvent)):
                 stack.pop()
     except yaml.MarkedYAMLError as exc:
+        if loader is not yaml.SafeLoader and "maximum nesting depth" in str(exc.problem):
+            raise _ScannerDepthLimit() from None
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         what = " ".join(x for x in (exc.context, exc.problem) if x)

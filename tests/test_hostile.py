@@ -363,3 +363,28 @@ def test_a_valid_policy_with_a_megabyte_line_loads(tmp_path):
     policy = engine.load_policy(str(path))
     assert time.perf_counter() - start < BOUND_S
     assert len(policy.description) > 900_000
+
+
+def test_nesting_error_does_not_depend_on_the_libyaml_version(monkeypatch):
+    """libyaml 0.2.6+ stops at 1000 flow levels while scanning ahead; the reader then reparses
+    with the pure-Python parser, so the error is E108 at the 65th level either way."""
+    from engine import yaml_reader
+
+    text = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    real_parse = yaml.parse
+
+    def libyaml_026(stream, Loader):
+        if Loader is not yaml.SafeLoader:  # what libyaml 0.2.6 raises for this text
+            mark = yaml.Mark("<unicode string>", 1002, 0, 1002, None, None)
+            raise yaml.scanner.ScannerError("while increasing flow level", mark,
+                                            "exceeded maximum nesting depth", mark)
+        return real_parse(stream, Loader=Loader)
+
+    outcomes = []
+    for patch in (False, True):
+        if patch:
+            monkeypatch.setattr(yaml_reader.yaml, "parse", libyaml_026)
+        with pytest.raises(yaml_reader.ReadError) as exc:
+            yaml_reader.parse_yaml(text, "f.yaml")
+        outcomes.append(str(exc.value))
+    assert outcomes[0] == outcomes[1] == "f.yaml:1:67: E108: nesting deeper than 64 levels"
