@@ -73,7 +73,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
 
     result = ("_Decision(_policy, (" + "".join(f"{var[n]}, " for n in inputs) + "), ("
               + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, given)")
-    index = {id(r): i for i, r in enumerate(policy.rule_list)}
+    index = policy.rule_index
 
     def count(rule, what="held"):
         if probe:

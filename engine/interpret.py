@@ -59,7 +59,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
     sources = {ph: ("user" if user_set[ph] else None) for ph in phases}
     log: list[str] = list(prelude)
     raw: list = []
-    index = {id(r): i for i, r in enumerate(policy.rule_list)}
+    index = policy.rule_index
 
     def ctx(extra=None) -> dict:
         out = dict(env)

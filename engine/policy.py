@@ -34,6 +34,7 @@ class Policy:
         self.sha256 = sha256
         self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
+        self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
