@@ -1,0 +1,34 @@
+"""What passes between the policy side of `conform` and a driver that runs one SGLang release.
+
+A driver turns a `Case` (what an operator would type, on which machine, for which model) into a
+`Result` (what that SGLang release did with it). Drivers differ by SGLang generation; the policy
+side never looks inside them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    """One launch, as an operator would run it."""
+
+    argv: tuple[str, ...]  # server arguments as typed, without --model-path (the driver adds it)
+    architecture: str  # the model's HF architecture, e.g. "DeepseekV32ForCausalLM"
+    platform: str  # "cuda" | "hip"
+    capability: tuple[int, int]  # GPU compute capability, e.g. (9, 0)
+    model_extra: tuple[tuple[str, object], ...] = ()  # extra config.json fields (sorted pairs)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What SGLang did with a Case."""
+
+    ok: bool  # start-up ran to its end without an error
+    message: str | None  # str() of the exception (argparse: its error text), None when ok
+    kv_cache_dtype: str | None  # resolved as SGLang resolves it (None where it never resolved)
+    backends: tuple[str | None, str | None]  # resolved (prefill, decode)
+    log: tuple[str, ...]  # SGLang's routing log lines, in order
+    stage: str  # where it stopped: parser | resolve | check | hisparse_config | done
+    where: str | None = None  # innermost SGLang frame of the raise: "srt/arg_groups/x.py:107 func"
+    error_type: str | None = None  # the exception's class name (SystemExit for parser errors)
+    extra: dict = field(default_factory=dict, compare=False)  # driver notes (not compared)
