@@ -8,7 +8,7 @@ import re
 
 from .conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
 from .errors import Problem
-from .model import InputSpec, PhaseSpec, Rule, Stage, Table
+from .model import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from .suggest import did_you_mean
 from .templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from .yaml_reader import Document
@@ -33,6 +33,7 @@ class Parts:
         self.version = 0
         self.description = ""
         self.source = ""
+        self.upstream: Upstream | None = None
         self.inputs: dict[str, InputSpec] = {}  # declared inputs then phase inputs, in order
         self.backends: dict[str, str] = {}
         self.phases: dict[str, PhaseSpec] = {}
@@ -56,6 +57,11 @@ class Builder:
         p.family, p.version = d["policy"], d["version"]
         p.description, p.source = d["description"].strip(), d.get("source", "").strip()
         self._placement()
+        if "upstream" in d:
+            u = d["upstream"]
+            p.upstream = Upstream(u["project"], u.get("version"), u.get("commit"), u.get("pr"),
+                                  " ".join(u["note"].split()),
+                                  tuple((x["where"], " ".join(x["why"].split())) for x in u.get("leaves_out") or ()))
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
         self._inputs(d["inputs"])
         self._phases(d["phases"])
@@ -95,7 +101,7 @@ class Builder:
             inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
                             tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
-                            self._deprecated(spec, path))
+                            self._deprecated(spec, path), dict(spec.get("removed_flags") or {}))
             if kind == "int":
                 for i, v in enumerate(values):
                     if not inp.accepts(v):
@@ -123,10 +129,18 @@ class Builder:
                              "an input or a reserved name", path + ("input",))
                 continue
             flags = tuple(spec.get("flags") or ("--" + key.replace("_", "-"),))
-            p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path)
-            p.inputs[key] = InputSpec(key, "enum", backends, None, True, None, None,
+            accepted = backends
+            if "backends" in spec:
+                accepted = tuple(b for b in backends if b in spec["backends"])  # declaration order
+                for i, b in enumerate(spec["backends"]):
+                    if b not in p.backends:
+                        self.problem("E303", f"unknown backend '{b}'", path + ("backends", i),
+                                     hint=did_you_mean(b, p.backends))
+            p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path, accepted)
+            p.inputs[key] = InputSpec(key, "enum", accepted, None, True, None, None,
                                       f"{name} backend (unset: chosen by the defaults stage)",
-                                      flags, name, path, self._deprecated(spec, path))
+                                      flags, name, path, self._deprecated(spec, path),
+                                      dict(spec.get("removed_flags") or {}))
 
     def _deprecated(self, spec: dict, path: tuple) -> dict:
         """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
@@ -144,7 +158,11 @@ class Builder:
                 if flag in inp.flags:
                     self.problem("E307", f"flag {flag} is listed both as a flag and as deprecated",
                                  inp.path + ("deprecated_flags", flag), key=True)
-            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated)):
+            for flag in inp.removed:
+                if flag in inp.flags or flag in inp.deprecated:
+                    self.problem("E307", f"flag {flag} is listed as removed and as accepted",
+                                 inp.path + ("removed_flags", flag), key=True)
+            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated) + tuple(inp.removed)):
                 if flag in RESERVED_FLAGS or flag.startswith("--no-"):
                     self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
                                  "(--no-X is generated for boolean inputs)",
@@ -371,6 +389,7 @@ class Builder:
 
     def _checks_rule(self, rule: Rule, r: dict, path: tuple):
         rule.for_each_phase = r.get("for_each") == "phase"
+        rule.at = r.get("at", "checks")
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",), rule.for_each_phase)
         else:
