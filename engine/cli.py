@@ -486,6 +486,54 @@ def cmd_doctor(argv) -> int:
     return OK
 
 
+def cmd_conform(argv) -> int:
+    parser = _Parser(prog="hisparse conform",
+                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
+                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
+                                 "a stratified sample, and compare with the policy: acceptance, message, resolved "
+                                 "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
+                                 "SGLang unavailable.")
+    add_policy_options(parser)
+    parser.add_argument("--where", action="append", metavar="NAME=VALUE",
+                        help="run only configs with this input value (repeatable)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="a stratified sample of N configs (every value of every input appears)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="worker processes (default: the CPUs this process may use)")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+                        help="patterns shown per group in text and markdown (default 4; json has all)")
+    ns = parser.parse_args(argv)
+    from .conform import SGLangUnavailable, conform
+    from .conform.sample import axes
+    from .loader import load_policy
+    from .table import parse_where
+
+    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    fixed = parse_where(policy, ns.where)
+    widest = max(len(values) for _, values in axes(policy, fixed))
+    if ns.sample is not None and ns.sample < widest:
+        raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
+                         f"every input, so it needs at least {widest} configs")
+    if ns.workers is not None and ns.workers < 1:
+        raise UsageError("hisparse conform: --workers must be at least 1")
+    try:
+        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr)
+    except SGLangUnavailable as exc:
+        print(f"hisparse conform: {exc}", file=sys.stderr)
+        return ERROR
+    from .conform.report import report_text
+
+    if result["warning"] and ns.format != "text":
+        print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(report_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+    return OK if result["conformant"] else VIOLATION
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -493,6 +541,7 @@ COMMANDS = {
     "table": (cmd_table, "the routing table a policy implies"),
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
+    "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
     "attend": (cmd_attend, "run a synthetic HiSparse decode workload through the policy's backend"),
     "doctor": (cmd_doctor, "what the kernel bridge can run here, and why"),
