@@ -81,9 +81,13 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
             trace.add(stage.name, None, holds, stage.when.explain(env, user_set))
         return holds
 
-    def run_checks(rules) -> bool:
+    def run_checks(rules, label="checks") -> bool:
         """Run `rules` (checks) in order, when the checks stage's condition holds; whether any failed."""
-        if not stage_on(policy.stages["checks"]):
+        stage = policy.stages["checks"]
+        holds = stage.when.eval(env, user_set)
+        if trace is not None:
+            trace.add(label, None, holds, stage.when.explain(env, user_set))
+        if not holds:
             return False
         before = len(raw)
         for rule in rules:
@@ -152,6 +156,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
 
     # 2. defaults
     pending = None  # the chosen default's log line
+    chosen = None  # its trace step
     stage = policy.stages["defaults"]
     if stage_on(stage):
         if trace is not None:
@@ -176,16 +181,17 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
             if step:
                 step.chosen = True
                 step.outcome = "; ".join(done)
+                chosen = step
             break
 
     checks = policy.stages["checks"]
     early = [r for r in checks.rules if r.at == "defaults"]
     if early:
-        if run_checks(early):
+        if run_checks(early, "checks_at_defaults"):
             if trace is not None:
                 trace.stopped_by = policy.rule_list[raw[0][0]]
-                if pending is not None:
-                    trace.add("defaults", None, False, [], outcome=f"log line not emitted: {pending}")
+                if chosen is not None and pending is not None:
+                    chosen.outcome += " (not emitted: a check at defaults failed)"
             return finish()
     if pending is not None:
         log.append(pending)

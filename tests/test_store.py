@@ -234,7 +234,7 @@ def test_the_shipped_policies():
     assert store.current().ref == engine.load_policy("nsa-backends").ref
     assert store.evaluate({"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
                            "disable_radix_cache": True}).backends["decode"] == "flashmla_kv"
-    assert store.current().file == "policies/nsa-backends/v3.yaml"
+    assert store.current().file == "policies/nsa-backends/v4.yaml"
     assert store.errors == {}
 
 
