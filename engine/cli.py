@@ -12,7 +12,7 @@ import os
 import sys
 
 from .errors import ConfigError, HisparseError, Problem
-from .paths import DEFAULT_POLICY, default_policy_ref
+from .paths import DEFAULT_POLICY, policy_ref
 from .suggest import did_you_mean
 
 OK, VIOLATION, ERROR = 0, 1, 2
@@ -39,7 +39,7 @@ def _pre_policy(argv):
     ns, _ = pre.parse_known_args(argv)
     from .loader import load_policy
 
-    return load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    return load_policy(policy_ref(ns.policy), ns.policy_dir)
 
 
 def add_policy_options(parser, with_ref=True):
@@ -360,7 +360,7 @@ def cmd_table(argv) -> int:
     from .loader import load_policy
     from .table import parse_where, routing_rows, table_text
 
-    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     result = routing_rows(policy, parse_where(policy, ns.where))
     if ns.format == "json":
         _emit_json(result)
@@ -402,7 +402,7 @@ def cmd_replay(argv) -> int:
     from .loader import load_policy
     from .records import replay, replay_text
 
-    result = replay(ns.file, load_policy(ns.policy or default_policy_ref(), ns.policy_dir))
+    result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir))
     if ns.format == "json":
         _emit_json(result)
     else:

@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 from .build import Builder
 from .errors import PolicyError, Problem
-from .paths import default_policy_dir, shipped_policy_dir
+from .paths import default_policy_dir, policy_root, shipped_policy_dir
 from .policy import Policy
 from .schema import schema_problems
 from .suggest import did_you_mean
@@ -33,14 +33,17 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
         return ref
     if not isinstance(ref, str) or not ref:
         raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {ref!r}")])
-    if _looks_like_path(ref):
-        return load_file(ref)
+    if looks_like_path(ref):
+        return load_file(os.path.expanduser(ref), ref)
     path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
 
 
-def _looks_like_path(ref: str) -> bool:
-    return os.sep in ref or "/" in ref or ref.endswith((".yaml", ".yml", ".json")) or os.path.isfile(ref)
+def looks_like_path(ref: str) -> bool:
+    """Whether a reference names a file. Only its spelling decides, never what happens to exist:
+    a file named `nsa-backends` in the working directory must not replace the shipped policy."""
+    return (os.sep in ref or "/" in ref or (os.altsep or "/") in ref
+            or ref.endswith((".yaml", ".yml", ".json")) or ref.startswith((".", "~")))
 
 
 def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
@@ -49,7 +52,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if not m:
         raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
                                    "(e.g. nsa-backends@2) or a path to a .yaml file")])
-    root = policy_dir or default_policy_dir()
+    root = policy_root(policy_dir)
     family, version = m.group("family"), m.group("version")
     families = list_families(root)
     if family not in families:

@@ -255,9 +255,9 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     one writes the resolved kv_cache_dtype and backends back, logs SGLang's lines, and returns the
     Decision."""
     from .loader import load_policy
-    from .paths import default_policy_ref
+    from .paths import policy_ref
 
-    policy = load_policy(policy or default_policy_ref())
+    policy = load_policy(policy_ref(policy))
     logger = logger or logging.getLogger("sglang.srt.server_args")
     config: dict = {}
     for name, spec in policy.inputs.items():

@@ -28,7 +28,7 @@ from typing import Mapping
 from .decision import Decision
 from .errors import PolicyError, Problem
 from .loader import VERSION_FILE, _display_dir, list_families, load_bytes
-from .paths import default_policy_dir
+from .paths import policy_root
 from .policy import Policy
 from .suggest import did_you_mean
 from .yaml_reader import ReadError, file_signature, max_file_bytes, read_snapshot
@@ -88,7 +88,7 @@ class PolicyStore:
             raise PolicyError([Problem("R602", f"bad policy family {family!r}: expected a name such as "
                                        "nsa-backends")])
         self.family = family
-        self.policy_dir = policy_dir or default_policy_dir()
+        self.policy_dir = policy_root(policy_dir)
         self.folder = os.path.join(self.policy_dir, family)
         self.settle = float(settle)
         self._shown_dir = os.path.join(_display_dir(self.policy_dir), family)
