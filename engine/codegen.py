@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .conditions import Cond, TrueCond
 from .model import INT_MAX, INT_MIN, Rule, Table
-from .templates import Literal, Template, render_set
+from .templates import Literal, Template, render_field
 
 
 class _Emitter:
@@ -198,11 +198,11 @@ def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str |
         leaves: list[frozenset] = []
         choice = _table_expr(rule.allowed, var, leaves)
         sets = e.const("sets", tuple(leaves))
-        specs = {f.spec for f in rule.message.fields if f.name == "allowed"}
+        forms = {(f.spec, f.conversion) for f in rule.message.fields if f.name == "allowed"}
         local_tpl = dict(tpl)
-        for spec in specs:
-            texts = e.const("text", tuple(render_set(s, spec) for s in leaves))
-            local_tpl[("allowed", spec)] = f"{texts}[_i]"
+        for spec, conversion in sorted(forms):  # each form's text per set, by the one renderer
+            texts = e.const("text", tuple(render_field(s, spec, conversion) for s in leaves))
+            local_tpl[("allowed", spec, conversion)] = f"{texts}[_i]"
         e.emit(f"_i = {choice}")
         e.emit(f"if {var['backend']} not in {sets}[_i]:")
         e.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(local_tpl)}))")
