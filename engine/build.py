@@ -20,9 +20,11 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` command itself, which no input may take as its flag
+# options of the `hisparse` command itself, and the SGLang options its inputs are read from,
+# which no input may take as its flag
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
-                            "--help", "--version", "--explain"})
+                            "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
+                            "--hierarchical-sparse-attention-extra-config"})
 
 
 class Parts:
@@ -173,6 +175,9 @@ class Builder:
                                  inp.path + ("flags", i) if inp.phase is None else inp.path)
                 seen[key] = inp.name
         for name in self.parts.inputs:
+            if "--" + name.replace("_", "-") in RESERVED_FLAGS:
+                self.problem("E309", f"input '{name}' has the name of an option of the hisparse command line",
+                             self.parts.inputs[name].path, key=True)
             if name in seen and seen[name] != name:
                 self.problem("E307", f"input '{name}' is also a flag spelling of '{seen[name]}'",
                              self.parts.inputs[name].path, key=True)

@@ -28,7 +28,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kw)
 
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message}")
+        from .given import typographic_dash
+
+        hint = typographic_dash(message) if "unrecognized arguments" in message else ""
+        raise UsageError(f"{self.prog}: {message}" + (f" ({hint})" if hint else ""))
 
 
 # -- policy-driven options ----------------------------------------------------------------------
@@ -52,28 +55,67 @@ def add_policy_options(parser, with_ref=True):
 
 
 def add_input_flags(parser, policy):
-    """One option per policy input, spelled as the policy declares (SGLang's flag names)."""
+    """One option per policy input flag, spelled as the policy declares (SGLang's flag names),
+    and SGLang's options the inputs derive from (--model-path, --hisparse-config). Every spelling
+    keeps its own destination, so two spellings of one input with different values are an error
+    (C501), not a silent last-one-wins."""
     group = parser.add_argument_group(f"config inputs of {policy.ref}")
     for name, spec in policy.inputs.items():
         help_text = spec.description or ""
-        if spec.type == "bool":
-            group.add_argument(*spec.flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{help_text} (default {str(spec.default).lower()})")
-        else:
-            kind = int if spec.type == "int" else str
-            values = "|".join(str(v) for v in spec.values)
-            metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
-            domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
-            default = "unset" if spec.default is None else spec.default
-            group.add_argument(*spec.flags, dest=name, type=kind, default=None, metavar=metavar,
-                               help=f"{help_text} [{domain}; default {default}]")
+        kind = int if spec.type == "int" else str
+        metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
+        for i, flag in enumerate(spec.flags):
+            other = f"another spelling of {spec.flag}" if i else ""
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__flag{i}", action=argparse.BooleanOptionalAction,
+                                   default=None, help=other or f"{help_text} (default {str(spec.default).lower()})")
+            else:
+                values = "|".join(str(v) for v in spec.values)
+                domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
+                default = "unset" if spec.default is None else spec.default
+                group.add_argument(flag, dest=f"{name}__flag{i}", type=kind, default=None, metavar=metavar,
+                                   help=other or f"{help_text} [{domain}; default {default}]")
         for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
             if spec.type == "bool":
                 group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
                                    default=None, help=f"deprecated spelling of {spec.flag}")
             else:
-                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=int if spec.type == "int" else str,
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
                                    default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
+    from .given import MODEL_KEYS, OPTIONS
+
+    sglang = parser.add_argument_group("SGLang options the inputs are read from")
+    for i, key in enumerate(MODEL_KEYS):
+        sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="PATH",
+                            help=("the model (a local folder: its config.json; a hub name: the name table) "
+                                  "decides dsa_model and model_family") if not i else f"as --{MODEL_KEYS[0]}")
+    for primary, (aliases, targets) in OPTIONS.items():
+        for key in (primary,) + aliases:
+            sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="JSON",
+                                help=f"SGLang's JSON option ({', '.join(targets)})" if key == primary
+                                else f"as --{primary}")
+
+
+def flag_values(policy, ns) -> dict:
+    """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
+    the config is evaluated; errors name what was typed)."""
+    from .given import MODEL_KEYS, OPTIONS
+
+    given = {}
+    for name, spec in policy.inputs.items():
+        for i, flag in enumerate(spec.flags):
+            value = getattr(ns, f"{name}__flag{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.deprecated):
+            value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+        value = getattr(ns, f"sglang__{key}", None)
+        if value is not None:
+            given[key] = value
+    return given
 
 
 def split_launch(argv):
@@ -84,40 +126,40 @@ def split_launch(argv):
     return argv, None
 
 
-def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
-    """The launch command after `--` (if any), then --config FILE (lenient: unrelated SGLang keys
-    are ignored, with a note), then flags: later sources win. Keys keep the spelling they were
-    given in (a deprecated flag is logged when the config is evaluated); each source is
-    validated as it is read, so errors name the file, line or flag."""
-    from .config import merge_config
+def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> list:
+    """The sources of a config, lowest first: the command's own base (attend), the launch command
+    after `--` (its --config file, then its flags), --config FILE (lenient: unrelated SGLang keys
+    are ignored, with a note), then hisparse's flags. Each is read by engine/given.py, the one
+    path for every source, and validated as it is read, so errors name the file, line or flag."""
+    from .given import read_layer
 
-    config: dict = {}
+    layers = []
+    if base:
+        layers.append(read_layer(policy, base, "the command's defaults"))
     if launch is not None:
-        from .sglang import config_from_launch
+        from .sglang import launch_layers
 
-        config, notes = config_from_launch(policy, launch)
+        more, notes = launch_layers(policy, launch)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    if config_file:
-        from .config import load_config_file
+        layers += more
+    if config_file is not None:
+        from .config import config_layer
 
-        from_file, ignored = load_config_file(policy, config_file)
-        config = merge_config(policy, config, from_file)
-        if ignored:
-            shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
-            print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
-                  file=sys.stderr)
-    flags = {}
-    for name, spec in policy.inputs.items():
-        for i, flag in enumerate(spec.deprecated):
-            value = getattr(ns, f"{name}__deprecated{i}", None)
-            if value is not None:
-                flags[flag[2:]] = value
-        value = getattr(ns, name, None)
-        if value is not None:
-            flags[spec.flag[2:]] = value  # spelled as the flag, so errors name what was typed
-    policy.normalize(flags)
-    return merge_config(policy, config, flags)
+        layers.append(config_layer(policy, config_file))
+    layers.append(read_layer(policy, flag_values(policy, ns), "the command line"))
+    return layers
+
+
+def combined(policy, layers, said=()):
+    """The layers combined (engine.given.Given); notes not already said go to stderr."""
+    from .given import combine
+
+    g = combine(policy, layers)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: {note}", file=sys.stderr)
+    return g
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -149,14 +191,15 @@ def cmd_evaluate(argv) -> int:
                         help="append one JSON line per decision (time, policy identity, input, decision)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    base = config_from_args(policy, ns, ns.config, launch)
+    layers = layers_from_args(policy, ns, ns.config, launch)
+    g = combined(policy, layers)
     if ns.batch:
-        return _batch(policy, base, ns.batch, ns.format or "json", ns.record)
-    decision = policy.evaluate(base)
+        return _batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
+    decision = policy.evaluate(g.config)
     if ns.record:
         from .records import append_records
 
-        append_records(ns.record, [decision])
+        append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
         _emit_json(decision.to_dict())
     else:
@@ -166,7 +209,7 @@ def cmd_evaluate(argv) -> int:
     return OK if decision.ok else VIOLATION
 
 
-def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None) -> int:
+def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
     """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
     at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
     own error object and every other line is still evaluated, in order."""
@@ -182,11 +225,11 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
     worst = OK
     try:
         for number, line in enumerate(_lines(stream, max_file_bytes()), 1):
-            result, status, decision = _batch_line(policy, base, line, number)
+            result, status, decision, given = _batch_line(policy, base, said, line, number)
             if record and decision is not None:
                 from .records import append_records
 
-                append_records(record, [decision])
+                append_records(record, [decision], [given])
             worst = max(worst, status)
             if fmt == "json":
                 _emit_json(result)
@@ -223,7 +266,7 @@ def _lines(stream, limit: int):
 _TOO_LONG = object()
 
 
-def _batch_line(policy, base, line, number: int):
+def _batch_line(policy, base, said, line, number: int):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}
@@ -231,7 +274,7 @@ def _batch_line(policy, base, line, number: int):
             err["hint"] = first.hint
         if len(problems) > 1:
             err["more"] = [p.to_dict() for p in problems[1:]]
-        return {"ok": False, "line": number, "error": err}, ERROR, None
+        return {"ok": False, "line": number, "error": err}, ERROR, None, None
 
     if line is _TOO_LONG:
         from .yaml_reader import max_file_bytes
@@ -257,15 +300,19 @@ def _batch_line(policy, base, line, number: int):
         return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
-    try:
-        from .config import merge_config
+    try:  # the line is one more source, read as every other source is
+        from .given import combine, read_layer
 
-        d = policy.evaluate(merge_config(policy, base, obj))
+        g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
+        d = policy.evaluate(g.config)
     except ConfigError as exc:
         return bad(exc.problems)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: line {number}: {note}", file=sys.stderr)
     out = d.to_dict()
     out["line"] = number
-    return out, (OK if d.ok else VIOLATION), d
+    return out, (OK if d.ok else VIOLATION), d, g.given
 
 
 def _batch_text(policy, result: dict, number: int) -> str:
@@ -287,7 +334,7 @@ def cmd_explain(argv) -> int:
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = config_from_args(policy, ns, ns.config, launch)
+    config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
     from .render import explanation_text
 
@@ -435,10 +482,7 @@ def cmd_attend(argv) -> int:
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     base = {name: True for name in ("enable_hisparse", "disable_radix_cache") if name in policy.inputs}
-    from .config import merge_config
-
-    config = merge_config(policy, base, config_from_args(policy, ns))
-    decision = policy.evaluate(config)
+    decision = policy.evaluate(combined(policy, layers_from_args(policy, ns, base=base)).config)
     if not decision.ok:
         print(f"REJECTED by {policy.ref}: {decision.error}")
         return VIOLATION

@@ -1,7 +1,8 @@
 """Decision records (`--record FILE`) and their replay against another policy.
 
 A record is one JSON line: UTC time, the policy's identity (family, version, sha256 of the file),
-the input config (canonical keys), and the decision. Appends are atomic: each record is written
+the input as the user gave it (keys as spelled, the model path and SGLang's options; replay reads
+it as every source is read), and the decision. Appends are atomic: each record is written
 with one write() on a file opened for appending, under an exclusive lock, so concurrent writers
 (threads or processes) never interleave or truncate lines.
 """
@@ -13,6 +14,7 @@ import os
 
 from .compare import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
 from .errors import ConfigError, Problem
+from .given import config_of
 
 try:
     import fcntl
@@ -20,21 +22,26 @@ except ImportError:  # pragma: no cover - not POSIX: O_APPEND alone keeps single
     fcntl = None
 
 
-def record_line(decision) -> bytes:
+def record_line(decision, given=None) -> bytes:
+    """One record. `given`: what the user gave (engine.given.Given.given), keys as spelled, so
+    that a replay against a version with other names reads it as that version would; default:
+    the config the decision was asked for."""
     policy = decision.policy
     rec = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "policy": policy.identity(),
-        "input": policy.normalize(decision.input),
+        "input": dict(decision.input if given is None else given),
         "decision": decision.to_dict(),
     }
     return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def append_records(path: str, decisions) -> int:
-    """Append one record per decision; returns how many. Raises ConfigError when the file cannot
-    be written."""
-    data = b"".join(record_line(d) for d in decisions)
+def append_records(path: str, decisions, inputs=None) -> int:
+    """Append one record per decision (`inputs`: what the user gave for each, see record_line);
+    returns how many. Raises ConfigError when the file cannot be written."""
+    decisions = list(decisions)
+    inputs = list(inputs) if inputs is not None else [None] * len(decisions)
+    data = b"".join(record_line(d, g) for d, g in zip(decisions, inputs))
     if not data:
         return 0
     try:
@@ -95,8 +102,8 @@ def replay(path: str, policy, max_examples: int = 3) -> dict:
             continue
         total += 1
         old = outcome_of_record(rec["decision"])
-        try:
-            new = outcome_of(policy.evaluate(rec["input"]))
+        try:  # read as every source is: spellings, model path and options as the user gave them
+            new = outcome_of(policy.evaluate(config_of(policy, rec["input"])[0]))
         except ConfigError as exc:
             new = outcome_of_error(exc)
         cls, key = classify(old, new)

@@ -69,7 +69,7 @@ def test_config_file_yaml(capsys, tmp_path):
     code, out, err = run_cli(capsys, "evaluate", "--config", str(cfg), "--format", "json")
     assert code == 0
     assert json.loads(out)["dsa_decode_backend"] == "flashmla_kv"
-    assert "ignored 2 key(s) the policy does not read: model-path, tp" in err
+    assert "ignored 1 key(s) the policy does not read: tp" in err  # model-path is read: dsa_model
     # flags override the file
     code, out, _ = run_cli(capsys, "evaluate", "--config", str(cfg), "--kv-cache-dtype", "bfloat16", "--format", "json")
     assert json.loads(out)["dsa_decode_backend"] == "flashmla_sparse"

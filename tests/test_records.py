@@ -3,6 +3,8 @@ import json
 import multiprocessing as mp
 import threading
 
+import pytest
+
 import engine
 from engine.diff import diff
 from engine.records import append_records, replay
@@ -88,3 +90,38 @@ def test_cli_record_and_replay(capsys, tmp_path):
     assert code == 2 and ":3:1: C505" in out
     code, _, err = run_cli(capsys, "evaluate", "--record", str(tmp_path / "no" / "dir" / "r.jsonl"))
     assert code == 2 and "C504" in err
+
+
+def test_a_record_keeps_the_spellings_so_replay_against_another_version_is_meaningful(capsys, tmp_path):
+    """A v3 decision from --nsa-decode-backend (deprecated in v3, the name in v1) and a model
+    path: replayed against v1 it is read as v1 reads it, never as an unknown key
+    'dsa_decode_backend' or 'model_family' the user never typed."""
+    path = str(tmp_path / "r.jsonl")
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@3", "--record", path, "--",
+                         "python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5",
+                         "--kv-cache-dtype", "bfloat16", "--nsa-decode-backend", "fa3", "--tp", "8")
+    assert code == 0
+    with open(path) as fh:
+        rec = json.loads(fh.readline())
+    assert rec["input"] == {"kv-cache-dtype": "bfloat16", "nsa-decode-backend": "fa3", "model-path": "zai-org/GLM-5"}
+    assert rec["decision"]["model_family"] == "glm5"
+    result = replay(path, engine.load_policy("nsa-backends@1"))
+    assert result["problems"] == [] and result["counts"]["newly_rejected"] == 0, result
+    assert result["equivalent"] or all(g["class"] == "log_changed" for g in result["groups"]), result
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@1")
+    assert "unknown config key" not in out and "invalid config" not in out, out
+
+
+def test_replay_reads_options_and_model_paths_as_the_other_version_does(tmp_path):
+    """--hisparse-config recorded under v2 (which does not read it) counts when replayed on v3."""
+    path = str(tmp_path / "r.jsonl")
+    v2, v3 = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    from engine.given import combine, read_layer
+
+    given = {"model-path": "deepseek-ai/DeepSeek-V3.2", "enable-hisparse": True, "disable-radix-cache": True,
+             "hisparse-config": '{"device_buffer_size": 512}'}
+    g = combine(v2, [read_layer(v2, given)])
+    append_records(path, [v2.evaluate(g.config)], [g.given])
+    result = replay(path, v3)
+    assert result["counts"]["newly_rejected"] == 1 and not result["problems"]
+    assert "device_buffer_size (512)" in result["groups"][0]["example"]["now"]
