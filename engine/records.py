@@ -2,9 +2,12 @@
 
 A record is one JSON line: UTC time, the policy's identity (family, version, sha256 of the file),
 the input as the user gave it (keys as spelled, the model path and SGLang's options; replay reads
-it as every source is read), and the decision. Appends are atomic: each record is written
-with one write() on a file opened for appending, under an exclusive lock, so concurrent writers
-(threads or processes) never interleave or truncate lines.
+it as every source is read), and the decision. Appends are atomic: each record is written with
+one write() on a file opened for appending, under an exclusive lock, so concurrent writers
+(threads or processes) never interleave or truncate lines; an append that fails part-way (a full
+disk, a file size limit) is cut back to the size the file had, so it leaves no torn line; and a
+file whose last line is torn (an older writer that crashed) gets a newline first, so a new record
+is never glued to it.
 """
 from __future__ import annotations
 
@@ -45,49 +48,85 @@ def append_records(path: str, decisions, inputs=None) -> int:
     if not data:
         return 0
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # read and write: the last byte is read (is the last line whole?) through the same open file
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(data)
-        while view:  # a regular file takes it in one write; loop for the pathological case
-            written = os.write(fd, view)
-            view = view[written:]
-    except OSError as exc:
+        size = os.fstat(fd).st_size  # under the lock: where this append starts
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a torn last line stays on its own line (replay reports it)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes it in one write; loop for the pathological case
+                written = _write(fd, view)
+                view = view[written:]
+        except OSError as exc:
+            raise ConfigError([Problem("C504", f"cannot write the record file: {exc.strerror or exc}"
+                                       f"{_cut_back(fd, size)}", path)]) from None
+    except OSError as exc:  # the lock or the size
         raise ConfigError([Problem("C504", f"cannot write the record file: {exc.strerror or exc}", path)]) from None
     finally:
         if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
         os.close(fd)
-    return data.count(b"\n")
+    return len(decisions)
+
+
+_write = os.write  # one place for the tests to make a write fail part-way
+
+
+def _cut_back(fd: int, size: int) -> str:
+    """Truncate a failed append back to `size` (still under the lock): the file is as it was."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        return f"; the file could not be cut back to its {size} bytes ({exc.strerror or exc}): its last line is torn"
+    return " (nothing was appended)"
 
 
 def read_records(path: str):
-    """Yield (line number, record or None, problem or None) for each line."""
+    """Yield (line number, record or None, problem or None) for each line. Each line is decoded
+    and parsed alone, so a bad one is reported (with its number and what is wrong) and the rest
+    are still read."""
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, "rb")
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot read the record file: {exc.strerror or exc}", path)]) from None
     with fh:
-        try:
-            for number, line in enumerate(fh, 1):
-                text = line.strip()
-                if not text:
-                    continue
-                try:
-                    rec = json.loads(text)
-                except (json.JSONDecodeError, RecursionError):
-                    yield number, None, Problem("C505", "not a JSON record", path, number, 1)
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
-                        or not isinstance(rec.get("decision"), dict):
-                    yield number, None, Problem("C505", "a record has 'input' and 'decision' objects", path, number, 1)
-                    continue
-                yield number, rec, None
-        except UnicodeDecodeError as exc:
-            raise ConfigError([Problem("C505", f"the record file is not UTF-8 ({exc.reason})", path)]) from None
+        for number, raw in enumerate(fh, 1):
+            torn = not raw.endswith(b"\n")  # only the last line can lack one
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                yield number, None, _bad(path, number, f"not UTF-8 (byte {exc.start + 1})", torn)
+                continue
+            if not text:
+                continue
+            try:
+                rec = json.loads(text)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                what = f"not a JSON record ({exc.msg} at column {exc.colno})" if isinstance(
+                    exc, json.JSONDecodeError) else "not a JSON record (nested too deep)"
+                yield number, None, _bad(path, number, what, torn)
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
+                    or not isinstance(rec.get("decision"), dict):
+                yield number, None, Problem("C505", "a record has 'input' and 'decision' objects", path, number, 1)
+                continue
+            yield number, rec, None
+
+
+def _bad(path: str, number: int, what: str, torn: bool) -> Problem:
+    if torn:
+        return Problem("C505", f"torn record: the file ends inside this line, without its newline ({what})",
+                       path, number, 1, hint="an append that did not finish; the other records are replayed")
+    return Problem("C505", what, path, number, 1)
 
 
 def replay(path: str, policy, max_examples: int = 3) -> dict:
