@@ -66,8 +66,28 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
         if number not in versions:
             listed = ", ".join(f"{family}@{v}" for v in sorted(versions))
             raise PolicyError([Problem("R601", f"no version {number} of '{family}'", hint=f"available: {listed}")])
-    path = os.path.join(root, family, f"v{number}.yaml")
-    return path, os.path.join(_display_dir(root), family, f"v{number}.yaml")
+    names = version_files(os.path.join(root, family))[number]
+    shown = os.path.join(_display_dir(root), family)
+    if len(names) > 1:
+        raise PolicyError([duplicate_version(family, number, names, shown)])
+    return os.path.join(root, family, names[0]), os.path.join(shown, names[0])
+
+
+def version_files(folder: str) -> dict[int, list[str]]:
+    """version -> the names of the files that say they are that version (v<N>.yaml; v1.yaml and
+    v001.yaml both say 1), sorted. Raises OSError when the folder cannot be listed."""
+    out: dict[int, list[str]] = {}
+    for name in os.listdir(folder):
+        m = VERSION_FILE.fullmatch(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(name)
+    return {v: sorted(names) for v, names in out.items()}
+
+
+def duplicate_version(family: str, version: int, names, folder: str, file: str = "") -> Problem:
+    return Problem("E313", f"version {version} of '{family}' has {len(names)} files: "
+                   + ", ".join(os.path.join(folder, n) for n in names), file,
+                   hint="keep one file per version, named v<N>.yaml")
 
 
 def list_families(root: str | None = None) -> dict[str, list[int]]:
@@ -82,7 +102,10 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
         folder = os.path.join(root, name)
         if name == "schema" or not os.path.isdir(folder):
             continue
-        versions = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := VERSION_FILE.fullmatch(f)))
+        try:
+            versions = sorted(version_files(folder))
+        except OSError:
+            continue
         if versions:
             out[name] = versions
     return out
