@@ -554,7 +554,7 @@ def cmd_conform(argv) -> int:
     from .loader import load_policy
     from .table import parse_where
 
-    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     fixed = parse_where(policy, ns.where)
     widest = max(len(values) for _, values in axes(policy, fixed))
     if ns.sample is not None and ns.sample < widest:

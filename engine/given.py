@@ -6,8 +6,8 @@ A source is read into a Layer: a mapping of keys, as the user spelled them, to v
   dashes or underscores);
 - an SGLang option the policy's inputs derive from: `model-path` (alias `model`) decides
   dsa_model and model_family (engine/models.py), `hisparse-config` (alias
-  `hierarchical-sparse-attention-extra-config`, a JSON object) carries hisparse_top_k and
-  hisparse_device_buffer_size;
+  `hierarchical-sparse-attention-extra-config`, a JSON object) carries hisparse_top_k,
+  hisparse_device_buffer_size, ... (OPTIONS);
 - anything else: ignored with a note in an SGLang config file (lenient), an error elsewhere.
 Two spellings of one input or option in one source with different values are C501, never a
 silent choice. Layers stack (launch command, then --config, then flags, then a batch line): a
@@ -28,7 +28,9 @@ MODEL_KEYS = ("model-path", "model")
 # SGLang's JSON-valued options: primary spelling -> (aliases, {JSON key: the policy input it sets})
 OPTIONS = {
     "hisparse-config": (("hierarchical-sparse-attention-extra-config",),
-                        {"top_k": "hisparse_top_k", "device_buffer_size": "hisparse_device_buffer_size"}),
+                        {"top_k": "hisparse_top_k", "device_buffer_size": "hisparse_device_buffer_size",
+                         "swap_in_block_size": "hisparse_swap_in_block_size",
+                         "host_to_device_ratio": "hisparse_host_to_device_ratio"}),
 }
 _OPTION_OF = {k: primary for primary, (aliases, _) in OPTIONS.items() for k in (primary,) + aliases}
 
@@ -79,9 +81,10 @@ def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, leni
         line, col = doc.pos((key,), key=True)
         return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
 
+    removed = getattr(policy, "removed_keys", {})
     for key, value in data.items():
-        if policy.canonical_key(key) is not None:
-            inputs[key] = value
+        if policy.canonical_key(key) is not None or (isinstance(key, str) and key.replace("-", "_") in removed):
+            inputs[key] = value  # the policy's own check names a removed spelling's replacement
             continue
         group = _group(key)
         if group is None:

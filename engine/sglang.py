@@ -128,6 +128,11 @@ def launch_layers(policy, tokens: list[str]):
             after = flag
             continue
         name = flags.get(flag)
+        if name is None and flag[2:].replace("-", "_") in getattr(policy, "removed_keys", {}):
+            raw = value()  # a spelling upstream removed: the policy's check names its replacement
+            if raw is not None:
+                given[flag[2:]] = raw
+            continue
         if name is None:
             near = _near_routing_flag(flag, known, policy)
             if near:

@@ -89,7 +89,7 @@ def test_empty_policy_settings_are_refused(capsys, monkeypatch, argv, env):
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    for command in (["evaluate"], ["table"], ["explain"]):
+    for command in (["evaluate"], ["table"], ["explain"], ["conform"], ["replay", "r.jsonl"]):
         code, out, err = run_cli(capsys, *command, *argv)
         assert code == 2 and out == "" and "R602" in err and "Traceback" not in err, err
     if not argv:
