@@ -6,6 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
+# SGLang for `engine.conform`: the release the conform driver runs, installed with --no-deps next to
+# the pinned light dependencies of its start-up code (the `conform` extra, installed --no-deps too).
+SGLANG ?= sglang==0.5.23
+CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
 .PHONY: install run test bench bench-quick check clean
 
@@ -16,6 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG)
 	touch $(STAMP)
 
 run: $(STAMP)
