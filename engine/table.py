@@ -163,8 +163,7 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
 
 README_TABLES = (
     ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "dcp_size=1", "hisparse_device_buffer_size=unset",
-                        "hisparse_swap_in_block_size=unset"]),
+    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
 )
 
 
