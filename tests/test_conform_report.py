@@ -1,6 +1,9 @@
 """The policy side of `hisparse conform`, without SGLang: translation to launches, stratified
 samples, and the comparison and its groups, fed with results that are known."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -143,3 +146,14 @@ def test_report_text_names_both_sides():
     assert "policy: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=fa3" in text
     assert "SGLang: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=trtllm" in text
     assert report.report_text(got, markdown=True).startswith("### nsa-backends@4 vs SGLang 0.5.23")
+
+
+def test_conform_exits_2_naming_what_to_install_without_sglang():
+    # a Python whose path cannot see SGLang: the report says why and what to install
+    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    code = ("import sys; sys.modules['sglang'] = None; import importlib.metadata as m; "
+            "m.version = lambda name: (_ for _ in ()).throw(m.PackageNotFoundError(name)); "
+            "from engine.cli import main; sys.exit(main(['conform', '--sample', '20']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "SGLang is not installed" in proc.stderr and "make install" in proc.stderr
