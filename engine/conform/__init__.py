@@ -61,6 +61,7 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
         "domain_size": total,
         "sample": {"n": len(configs), "seed": seed} if len(configs) < total else None,
         "launches": len(unique),
+        "workers": workers,
         "seconds": round(seconds, 1),
     })
     return result
