@@ -20,9 +20,14 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` command itself, which no input may take as its flag
+# options of the `hisparse` commands themselves, which no input may take as its flag (a test
+# checks every command's parser against this list); attend's --hisparse-top-k and
+# --hisparse-device-buffer-size are left to the policy, which owns them when it declares them
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
-                            "--help", "--version", "--explain"})
+                            "--help", "--version", "--explain", "--where", "--max-patterns",
+                            "--min-coverage", "--max-records", "--deep",
+                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
+                            "--provider", "--device", "--max-memory"})
 
 
 class Parts:

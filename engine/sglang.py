@@ -14,15 +14,15 @@ otherwise writes the resolved dtype and backends back and logs SGLang's lines.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import shlex
 import sys
 
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, shown
 from .suggest import near_miss
+from .text import parse_int
 
 # model names whose config makes SGLang's is_deepseek_nsa() true (DeepSeek Sparse Attention),
 # by family (the names a policy's model_family input uses)
@@ -97,10 +97,13 @@ def expand_json_options(policy, data: dict, file: str = "") -> tuple[dict, list[
             continue
         obj = value
         if isinstance(value, str):
-            try:
-                obj = json.loads(value)
-            except (json.JSONDecodeError, RecursionError):
-                problems.append(Problem("C503", f"{key}: not a JSON object: {value!r}", file))
+            from .yaml_reader import ReadError, parse_json
+
+            try:  # the reader's limits: 64-bit integers, finite floats, depth, size
+                obj = parse_json(value, key).data
+            except ReadError as exc:
+                problems.append(Problem("C503", f"{key}: not a JSON object: {shown(value)} "
+                                        f"({exc.problems[0].message})", file))
                 continue
         if not isinstance(obj, dict):
             problems.append(Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file))
@@ -114,7 +117,12 @@ def expand_json_options(policy, data: dict, file: str = "") -> tuple[dict, list[
 def launch_args(tokens: list[str]) -> list[str]:
     """The server arguments of a launch command (everything after the launcher)."""
     if len(tokens) == 1 and " " in tokens[0].strip():
-        tokens = shlex.split(tokens[0])
+        try:
+            tokens = shlex.split(tokens[0])
+        except ValueError as exc:  # an unbalanced quote
+            raise ConfigError([Problem("C501", f"cannot split the launch command {shown(tokens[0])}: {exc}",
+                                       hint="quote it as a shell would, or pass the arguments "
+                                            "after -- as separate words")]) from None
     for i, tok in enumerate(tokens):
         if tok.endswith(_LAUNCHERS) or (tok == "serve" and i and os.path.basename(tokens[i - 1]) == "sglang"):
             return tokens[i + 1:]
@@ -197,11 +205,11 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
         if raw is None:
             continue
         if spec.type == "int":
-            try:
-                raw = int(raw)
-            except ValueError:
-                problems.append(Problem("C503", f"{flag}: expected an integer, got {raw!r}"))
+            number = parse_int(raw)
+            if number is None:
+                problems.append(Problem("C503", f"{flag}: expected a 64-bit integer, got {shown(raw)}"))
                 continue
+            raw = number
         given[flag[2:]] = raw  # the spelling typed: a deprecated one is logged when evaluated
     from .config import load_config_file, merge_config
 

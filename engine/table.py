@@ -10,6 +10,7 @@ import itertools
 
 from .compare import cube_terms, minimize
 from .errors import ConfigError, Problem
+from .text import parse_int
 
 
 def parse_where(policy, items: list[str]) -> dict:
@@ -30,7 +31,12 @@ def parse_where(policy, items: list[str]) -> dict:
         elif spec.type == "bool":
             value = {"true": True, "false": False}.get(text.lower(), text)
         elif spec.type == "int":
-            value = int(text) if text.lstrip("-").isdigit() else text
+            value = parse_int(text)
+            if value is None:
+                from .errors import shown
+
+                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
+                                                   "64-bit integer")])
         else:
             value = text
         fixed.update(policy.normalize({key: value}))

@@ -206,8 +206,11 @@ def check_scale(name: str, value, *, required: bool) -> None:
     """A softmax scale is a finite real number (None allowed when not required)."""
     if value is None and not required:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(float(value)):
+    try:  # float() of an int past 1e308 raises OverflowError: not finite either
+        finite = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    except (OverflowError, ValueError, TypeError):
+        finite = False
+    if not finite:
         need = "a finite real number" if required else "None or a finite real number"
         raise ValidationError(f"{name}: expected {need}; got {describe(value)}", argument=name)
 
