@@ -364,13 +364,14 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="compare only configs with this input value (repeatable)")
-    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+    parser.add_argument("--max-patterns", type=int_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from .diff import diff, diff_text
     from .loader import load_policy
 
-    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where)
+    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
+                  progress=Progress("diff: configs", 0))
     if ns.format == "json":
         _emit_json(result)
     else:
@@ -391,7 +392,7 @@ def cmd_table(argv) -> int:
     from .table import parse_where, routing_rows, table_text
 
     policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
-    result = routing_rows(policy, parse_where(policy, ns.where))
+    result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
     if ns.format == "json":
         _emit_json(result)
     else:

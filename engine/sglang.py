@@ -20,7 +20,7 @@ import re
 import shlex
 import sys
 
-from .errors import ConfigError, Problem, shown
+from .errors import ConfigError, Problem, clip, shown
 from .suggest import near_miss
 from .text import parse_int
 
@@ -120,7 +120,7 @@ def launch_args(tokens: list[str]) -> list[str]:
         try:
             tokens = shlex.split(tokens[0])
         except ValueError as exc:  # an unbalanced quote
-            raise ConfigError([Problem("C501", f"cannot split the launch command {shown(tokens[0])}: {exc}",
+            raise ConfigError([Problem("C501", f"cannot split the launch command {clip(repr(tokens[0]))}: {exc}",
                                        hint="quote it as a shell would, or pass the arguments "
                                             "after -- as separate words")]) from None
     for i, tok in enumerate(tokens):
