@@ -214,7 +214,7 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
     from .streams import RUNAWAY, MAX_LINE_FACTOR, lines_of, open_stream
     from .yaml_reader import max_file_bytes
 
-    stream = open_stream("batch input", source)
+    stream = open_stream("batch input" if source == "-" else "batch file", source)
 
     worst = OK
     lines = lines_of(stream, max_file_bytes())

@@ -65,6 +65,9 @@ def open_stream(what: str, source: str):
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot read {what}: {exc.strerror or exc}", source)]) from None
     mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise ConfigError([Problem("C504", f"cannot read {what}: Is a directory", source)])
     if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
         os.close(fd)
         raise ConfigError([Problem("C504", f"cannot read {what}: {kind_of(mode)}, not a regular file or a "

@@ -85,6 +85,6 @@ def test_cli_record_and_replay(capsys, tmp_path):
     with open(path, "a") as fh:
         fh.write("{broken\n")
     code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@1")
-    assert code == 2 and ":3:1: C505" in out
+    assert code == 2 and ":3:2: C505: not a JSON record" in out  # the column of the syntax error
     code, _, err = run_cli(capsys, "evaluate", "--record", str(tmp_path / "no" / "dir" / "r.jsonl"))
     assert code == 2 and "C504" in err
