@@ -157,7 +157,15 @@ DECODE_CASES = [
      ["stride(1) == 656"]),
     ("cache-block-stride", "k_cache",
      lambda a: torch.zeros(4 * 64 * 656 + 8, dtype=torch.uint8).as_strided(
-         (4, 64, 1, 656), (64 * 656 + 1, 656, 656, 1)), "k_cache", ["multiple of 16"]),
+         (4, 64, 1, 656), (64 * 656 + 1, 656, 656, 1)), "k_cache", ["multiple of 656 bytes"]),
+    # padded by 16 bytes: aligned, but not a whole row, which SM100's TMA map needs
+    ("cache-block-stride-16", "k_cache",
+     lambda a: torch.zeros(4 * (64 * 656 + 16), dtype=torch.uint8).as_strided(
+         (4, 64, 1, 656), (64 * 656 + 16, 656, 656, 1)), "k_cache", ["multiple of 656 bytes"]),
+    # blocks of one row with padded rows: FlashMLA checks stride(1) whatever the block size
+    ("cache-one-row-blocks", "k_cache",
+     lambda a: torch.zeros(256, 1, 1, 672, dtype=torch.uint8)[..., :656], "k_cache",
+     ["stride(1) == 656, for every block size"]),
     ("cache-aligned", "k_cache", lambda a: misaligned((4, 64, 1, 656), torch.uint8, 5),
      "k_cache", ["aligned"]),
     ("cache-device", "k_cache", lambda a: a["k_cache"].to("meta"), "k_cache", ["device meta"]),
