@@ -12,7 +12,7 @@ import time
 
 from bench.common import output_dir, use_output
 
-SUITES = ("engine", "kernels", "hotbuffer", "memory", "gpu")
+SUITES = ("engine", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
 
 
 def _run_suite(name: str, quick: bool) -> str:
@@ -24,6 +24,8 @@ def _run_suite(name: str, quick: bool) -> str:
         from bench import hotbuf_bench as m
     elif name == "memory":
         from bench import memory_bench as m
+    elif name == "accuracy":
+        from bench import accuracy_bench as m
     else:
         return _gpu(quick)
     return m.run(quick)

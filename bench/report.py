@@ -52,6 +52,30 @@ def performance_table() -> str:
     return "\n".join(rows)
 
 
+def accuracy_table() -> str:
+    """The FP8 vs BF16 table, from bench/results/accuracy.json: each cell the range over the seeds."""
+    r = _load("accuracy")
+    if r is None:
+        return "(run `make bench` to produce the figures)"
+    rows = ["| q scale (std of the BF16 logits) | cosine similarity | max abs error / max abs reference | "
+            "max abs lse difference |", "|---|---|---|---|"]
+
+    def span(values, fmt):
+        lo, hi = fmt(min(values)), fmt(max(values))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    for q_scale, f in r["figures"]["fp8_vs_bf16"].items():
+        rows.append(f"| {q_scale} (about {span(f['logit_std'], lambda x: f'{x:.1f}')}) "
+                    f"| {span(f['cosine'], lambda x: f'{x:.5f}')} "
+                    f"| {span([100 * x for x in f['max_err_over_peak']], lambda x: f'{x:.2g}')} % "
+                    f"| {span(f['max_lse_diff'], lambda x: f'{x:.2g}')} |")
+    seeds = r["figures"]["setup"]["seeds"]
+    rows.append("")
+    rows.append(f"Seeds {seeds[0]}-{seeds[-1]}; measured by `python -m bench --only accuracy`\n"
+                "(`bench/results/accuracy.json`), bounded by `tests/test_reference.py`.")
+    return "\n".join(rows)
+
+
 def performance_notes() -> str:
     """The figures behind the table, in words, with the two goals that are missed."""
     e, k, h, m = (_load(n) for n in ("engine", "kernels", "hotbuffer", "memory"))

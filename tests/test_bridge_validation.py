@@ -437,3 +437,15 @@ def test_empty_prefill_runs_no_kernel(monkeypatch):
     args = prefill_args(s_q=0)
     result = run_backend("flashmla_sparse", args["q"], args["kv"], args["indices"], sm_scale=0.1)
     assert result.out.shape == (0, 64, 512) and result.lse.shape == result.max_logits.shape == (0, 64)
+
+
+@pytest.mark.parametrize("scale", [10 ** 400, -(10 ** 400), float("inf"), float("nan"), True, "0.1"])
+def test_a_scale_no_float_can_hold_is_a_validation_error(scale):
+    q = torch.zeros(1, 1, 64, 576, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 64, 1, 656, dtype=torch.uint8)
+    idx = torch.full((1, 1, 64), -1, dtype=torch.int32)
+    with pytest.raises(ValidationError, match="softmax_scale: expected None or a finite real number"):
+        run_backend("flashmla_kv", q, cache, idx, softmax_scale=scale)
+    kv = torch.zeros(64, 1, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValidationError, match="sm_scale: expected a finite real number"):
+        run_backend("flashmla_sparse", q[0], kv, torch.full((1, 1, 128), -1, dtype=torch.int32), sm_scale=scale)

@@ -242,3 +242,33 @@ def test_misspelt_flag_gets_did_you_mean(capsys):
     assert "unrecognized arguments: --kv-cache-dtpye (did you mean '--kv-cache-dtype'?)" in err
     code, _, err = run_cli(capsys, "table", "--were", "x=1")
     assert code == 2 and "did you mean '--where'?" in err
+
+
+def test_a_reader_that_leaves_is_not_a_read_error(tmp_path):
+    """--batch output into a pipe whose reader quits (| head): the command ends quietly, and
+    never says the batch input could not be read."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    lines = tmp_path / "many.jsonl"
+    lines.write_text('{"enable_hisparse": true}\n' * 20000)
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "evaluate", "--batch", str(lines)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert json.loads(first)["line"] == 1
+    assert "cannot read" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_huge_integers_in_text_are_refused_by_name(capsys):
+    big = "9" * 5000
+    for argv, text in ((["evaluate", "--policy", "nsa-backends@" + big], "R601: no version 999"),
+                       (["table", "--where", "sm_major=" + big], "--where sm_major='999"),
+                       (["evaluate", "--sm-major", big], "invalid int value: '999")):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and text in err and "internal error" not in err
+        assert len(err) < 600  # the number is clipped, not echoed whole
