@@ -156,9 +156,10 @@ def test_json_decision_example_is_real_output():
 def test_a_quick_bench_never_writes_the_committed_results(tmp_path, monkeypatch):
     """`make bench-quick` (python -m bench --quick) writes bench/results-quick/, which git ignores;
     the README's figures come from bench/results/, which only a full run replaces."""
-    from bench import common, plots
+    from bench import common
 
     committed, quick = tmp_path / "results", tmp_path / "results-quick"
+    monkeypatch.setattr(common, "_output", common._output)  # put back after the test
     monkeypatch.setattr(common, "RESULTS", str(committed))
     monkeypatch.setattr(common, "QUICK_RESULTS", str(quick))
     common.use_output(True)
