@@ -172,3 +172,28 @@ def test_a_quick_bench_never_writes_the_committed_results(tmp_path, monkeypatch)
     assert common.write_result("engine", {"x": 1}, {}, quick=True).startswith(str(quick))
     assert "bench/results-quick/" in read(".gitignore").split()
     assert "bench --quick" in read("Makefile")
+
+
+def test_python_api_example_values_are_real():
+    """In the API example, a line `expr  # literal` claims that expr evaluates to literal (a set
+    literal: to a mapping with those keys)."""
+    import ast
+
+    text = read("README.md")
+    block = next(lines for info, lines in code_blocks(text)
+                 if info == "python" and any(line.startswith("d = engine.evaluate(policy") for line in lines))
+    first = next(i for i, line in enumerate(block) if line.startswith("d.ok"))
+    setup = "\n".join(line.split("  #")[0] for line in block[:first])
+    ns: dict = {}
+    exec(setup, ns)  # noqa: S102 - the README's own example
+    checked = 0
+    for line in block[first:]:
+        expr, sep, comment = line.partition("#")
+        try:
+            want = ast.literal_eval(comment.strip())
+        except (ValueError, SyntaxError):
+            continue  # a description, not a value
+        got = eval(expr.strip(), ns)  # noqa: S307
+        assert (set(got) if isinstance(want, set) else got) == want, line  # a set names the keys
+        checked += 1
+    assert checked >= 3
