@@ -272,3 +272,18 @@ def test_huge_integers_in_text_are_refused_by_name(capsys):
         code, out, err = run_cli(capsys, *argv)
         assert code == 2 and text in err and "internal error" not in err
         assert len(err) < 600  # the number is clipped, not echoed whole
+
+
+def test_whole_domain_operations_report_progress():
+    import engine
+    from engine.diff import PROGRESS_EVERY, diff
+    from engine.table import routing_rows
+
+    seen = []
+    a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    result = diff(a, b, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (result["total"], result["total"])
+    assert len(seen) == result["total"] // PROGRESS_EVERY + 1
+    seen.clear()
+    routing_rows(b, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] and all(d <= t for d, t in seen)
