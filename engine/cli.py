@@ -14,7 +14,7 @@ import sys
 from .errors import ConfigError, HisparseError, Problem, clip, shown
 from .model import INT_MAX, INT_MIN
 from .output import OutputError, Progress, SafeStream, silence
-from .paths import DEFAULT_POLICY, default_policy_ref
+from .paths import DEFAULT_POLICY, policy_ref
 from .suggest import did_you_mean
 from .text import escape_json, parse_int
 
@@ -37,10 +37,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {clip(message, 400)}")
 
     def _unrecognized(self, words):
+        from .given import typographic_dash
+
         options = [o for o in self._option_string_actions if o.startswith("--")]
         for word in words:
             flag = word.partition("=")[0]
-            hint = did_you_mean(flag, options, list_if_none=False) if flag.startswith("--") else ""
+            hint = typographic_dash(word) or (did_you_mean(flag, options, list_if_none=False)
+                                              if flag.startswith("--") else "")
             yield f"{clip(word)} ({hint})" if hint else clip(word)
 
 
@@ -61,7 +64,7 @@ def _pre_policy(argv):
     ns, _ = pre.parse_known_args(argv)
     from .loader import load_policy
 
-    return load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    return load_policy(policy_ref(ns.policy), ns.policy_dir)
 
 
 def add_policy_options(parser, with_ref=True):
@@ -74,41 +77,79 @@ def add_policy_options(parser, with_ref=True):
 
 
 def add_input_flags(parser, policy, defaults: dict | None = None):
-    """One option per policy input, spelled as the policy declares (SGLang's flag names).
-    `defaults` overrides the default the help shows, for a command that sets an input itself. A
-    flag that collides with one of the command's own options is a policy error (E309), never an
-    argparse crash."""
+    """One option per policy input flag, spelled as the policy declares (SGLang's flag names),
+    and SGLang's options the inputs derive from (--model-path, --hisparse-config). Every spelling
+    keeps its own destination, so two spellings of one input with different values are an error
+    (C501), not a silent last-one-wins. `defaults` overrides the default the help shows, for a
+    command that sets an input itself. A flag that collides with one of the command's own options
+    is a policy error (E309), never an argparse crash."""
     defaults = defaults or {}
     group = parser.add_argument_group(f"config inputs of {policy.ref}")
     try:
-        _add_input_flags(group, policy, defaults)
+        _add_input_flags(parser, group, policy, defaults)
     except argparse.ArgumentError as exc:
         raise HisparseError([Problem("E309", f"{policy.ref}: an input flag collides with an option of "
                                      f"{parser.prog}: {exc}", policy.file)]) from None
 
 
-def _add_input_flags(group, policy, defaults: dict) -> None:
+def _add_input_flags(parser, group, policy, defaults: dict) -> None:
     for name, spec in policy.inputs.items():
         help_text = spec.description or ""
         shown_default = defaults.get(name, spec.default)
-        if spec.type == "bool":
-            group.add_argument(*spec.flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{help_text} (default {str(shown_default).lower()})")
-        else:
-            kind = int_arg if spec.type == "int" else str
-            values = "|".join(str(v) for v in spec.values)
-            metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
-            domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
-            default = "unset" if shown_default is None else shown_default
-            group.add_argument(*spec.flags, dest=name, type=kind, default=None, metavar=metavar,
-                               help=f"{help_text} [{domain}; default {default}]")
+        kind = int_arg if spec.type == "int" else str
+        metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
+        for i, flag in enumerate(spec.flags):
+            other = f"another spelling of {spec.flag}" if i else ""
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__flag{i}", action=argparse.BooleanOptionalAction,
+                                   default=None, help=other or f"{help_text} (default {str(shown_default).lower()})")
+            else:
+                values = "|".join(str(v) for v in spec.values)
+                domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
+                default = "unset" if shown_default is None else shown_default
+                group.add_argument(flag, dest=f"{name}__flag{i}", type=kind, default=None, metavar=metavar,
+                                   help=other or f"{help_text} [{domain}; default {default}]")
         for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
             if spec.type == "bool":
                 group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
                                    default=None, help=f"deprecated spelling of {spec.flag}")
             else:
-                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=int_arg if spec.type == "int" else str,
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
                                    default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
+    from .given import MODEL_KEYS, OPTIONS
+
+    sglang = parser.add_argument_group("SGLang options the inputs are read from")
+    for i, key in enumerate(MODEL_KEYS):
+        sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="PATH",
+                            help=("the model (a local folder: its config.json; a hub name: the name table) "
+                                  "decides dsa_model and model_family") if not i else f"as --{MODEL_KEYS[0]}")
+    for primary, (aliases, targets) in OPTIONS.items():
+        for key in (primary,) + aliases:
+            sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="JSON",
+                                help=f"SGLang's JSON option ({', '.join(targets)})" if key == primary
+                                else f"as --{primary}")
+
+
+def flag_values(policy, ns) -> dict:
+    """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
+    the config is evaluated; errors name what was typed)."""
+    from .given import MODEL_KEYS, OPTIONS
+
+    given = {}
+    for name, spec in policy.inputs.items():
+        for i, flag in enumerate(spec.flags):
+            value = getattr(ns, f"{name}__flag{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.deprecated):
+            value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+        value = getattr(ns, f"sglang__{key}", None)
+        if value is not None:
+            given[key] = value
+    return given
 
 
 def split_launch(argv):
@@ -119,40 +160,40 @@ def split_launch(argv):
     return argv, None
 
 
-def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
-    """The launch command after `--` (if any), then --config FILE (lenient: unrelated SGLang keys
-    are ignored, with a note), then flags: later sources win. Keys keep the spelling they were
-    given in (a deprecated flag is logged when the config is evaluated); each source is
-    validated as it is read, so errors name the file, line or flag."""
-    from .config import merge_config
+def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> list:
+    """The sources of a config, lowest first: the command's own base (attend), the launch command
+    after `--` (its --config file, then its flags), --config FILE (lenient: unrelated SGLang keys
+    are ignored, with a note), then hisparse's flags. Each is read by engine/given.py, the one
+    path for every source, and validated as it is read, so errors name the file, line or flag."""
+    from .given import read_layer
 
-    config: dict = {}
+    layers = []
+    if base:
+        layers.append(read_layer(policy, base, "the command's defaults"))
     if launch is not None:
-        from .sglang import config_from_launch
+        from .sglang import launch_layers
 
-        config, notes = config_from_launch(policy, launch)
+        more, notes = launch_layers(policy, launch)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    if config_file:
-        from .config import load_config_file
+        layers += more
+    if config_file is not None:
+        from .config import config_layer
 
-        from_file, ignored = load_config_file(policy, config_file)
-        config = merge_config(policy, config, from_file)
-        if ignored:
-            shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
-            print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
-                  file=sys.stderr)
-    flags = {}
-    for name, spec in policy.inputs.items():
-        for i, flag in enumerate(spec.deprecated):
-            value = getattr(ns, f"{name}__deprecated{i}", None)
-            if value is not None:
-                flags[flag[2:]] = value
-        value = getattr(ns, name, None)
-        if value is not None:
-            flags[spec.flag[2:]] = value  # spelled as the flag, so errors name what was typed
-    policy.normalize(flags)
-    return merge_config(policy, config, flags)
+        layers.append(config_layer(policy, config_file))
+    layers.append(read_layer(policy, flag_values(policy, ns), "the command line"))
+    return layers
+
+
+def combined(policy, layers, said=()):
+    """The layers combined (engine.given.Given); notes not already said go to stderr."""
+    from .given import combine
+
+    g = combine(policy, layers)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: {note}", file=sys.stderr)
+    return g
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -184,18 +225,19 @@ def cmd_evaluate(argv) -> int:
                         help="append one JSON line per decision (time, policy identity, input, decision)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    base = config_from_args(policy, ns, ns.config, launch)
+    layers = layers_from_args(policy, ns, ns.config, launch)
+    g = combined(policy, layers)
     if ns.record:
         from .streams import check_record_target
 
         check_record_target(ns.record)
     if ns.batch:
-        return _batch(policy, base, ns.batch, ns.format or "json", ns.record)
-    decision = policy.evaluate(base)
+        return _batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
+    decision = policy.evaluate(g.config)
     if ns.record:
         from .records import append_records
 
-        append_records(ns.record, [decision])
+        append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
         _emit_json(decision.to_dict())
     else:
@@ -205,7 +247,7 @@ def cmd_evaluate(argv) -> int:
     return OK if decision.ok else VIOLATION
 
 
-def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None) -> int:
+def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
     """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
     at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
     own error object and every other line is still evaluated, in order. The source is a regular
@@ -233,11 +275,11 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
                 raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
                                            "bytes without a newline; stopped reading", source,
                                            hint="one JSON object per line")])
-            result, status, decision = _batch_line(policy, base, line, number)
+            result, status, decision, given = _batch_line(policy, base, said, line, number)
             if record and decision is not None:
                 from .records import append_records
 
-                append_records(record, [decision])
+                append_records(record, [decision], [given])
             worst = max(worst, status)
             if fmt == "json":
                 _emit_json(result)
@@ -251,7 +293,7 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
     return worst
 
 
-def _batch_line(policy, base, line, number: int):
+def _batch_line(policy, base, said, line, number: int):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}
@@ -259,7 +301,7 @@ def _batch_line(policy, base, line, number: int):
             err["hint"] = first.hint
         if len(problems) > 1:
             err["more"] = [p.to_dict() for p in problems[1:]]
-        return {"ok": False, "line": number, "error": err}, ERROR, None
+        return {"ok": False, "line": number, "error": err}, ERROR, None, None
 
     from .streams import TOO_LONG
 
@@ -287,15 +329,19 @@ def _batch_line(policy, base, line, number: int):
         return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
-    try:
-        from .config import merge_config
+    try:  # the line is one more source, read as every other source is
+        from .given import combine, read_layer
 
-        d = policy.evaluate(merge_config(policy, base, obj))
+        g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
+        d = policy.evaluate(g.config)
     except ConfigError as exc:
         return bad(exc.problems)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: line {number}: {note}", file=sys.stderr)
     out = d.to_dict()
     out["line"] = number
-    return out, (OK if d.ok else VIOLATION), d
+    return out, (OK if d.ok else VIOLATION), d, g.given
 
 
 def _batch_text(policy, result: dict, number: int) -> str:
@@ -317,7 +363,7 @@ def cmd_explain(argv) -> int:
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = config_from_args(policy, ns, ns.config, launch)
+    config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
     from .render import explanation_text
 
@@ -391,7 +437,7 @@ def cmd_table(argv) -> int:
     from .loader import load_policy
     from .table import parse_where, routing_rows, table_text
 
-    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
     if ns.format == "json":
         _emit_json(result)
@@ -438,7 +484,7 @@ def cmd_replay(argv) -> int:
     from .loader import load_policy
     from .records import replay, replay_text
 
-    result = replay(ns.file, load_policy(ns.policy or default_policy_ref(), ns.policy_dir),
+    result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
                     max_records=max(ns.max_records, 0))
     if ns.format == "json":
         _emit_json(result)
@@ -489,13 +535,14 @@ def cmd_attend(argv) -> int:
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
     base = {name: True for name in ATTEND_ON if name in policy.inputs}
+    config = combined(policy, layers_from_args(policy, ns, base=base)).config
+    top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
+    top_k = 2048 if top_k is None else top_k
+    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
+                                  getattr(ns, "hisparse_device_buffer_size", None))
+    buffer_size = 2 * top_k if buffer_size is None else buffer_size
     from .config import merge_config
 
-    config = merge_config(policy, base, config_from_args(policy, ns))
-    top_k = _workload_value(policy, config, "hisparse_top_k", ns.hisparse_top_k)
-    top_k = 2048 if top_k is None else top_k
-    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size", ns.hisparse_device_buffer_size)
-    buffer_size = 2 * top_k if buffer_size is None else buffer_size
     for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
         if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
             config = merge_config(policy, config, {name: value})
@@ -595,6 +642,54 @@ def _render_without_torch(report: dict) -> str:
     ])
 
 
+def cmd_conform(argv) -> int:
+    parser = _Parser(prog="hisparse conform",
+                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
+                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
+                                 "a stratified sample, and compare with the policy: acceptance, message, resolved "
+                                 "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
+                                 "SGLang unavailable.")
+    add_policy_options(parser)
+    parser.add_argument("--where", action="append", metavar="NAME=VALUE",
+                        help="run only configs with this input value (repeatable)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="a stratified sample of N configs (every value of every input appears)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="worker processes (default: the CPUs this process may use)")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+                        help="patterns shown per group in text and markdown (default 4; json has all)")
+    ns = parser.parse_args(argv)
+    from .conform import SGLangUnavailable, conform
+    from .conform.sample import axes
+    from .loader import load_policy
+    from .table import parse_where
+
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
+    fixed = parse_where(policy, ns.where)
+    widest = max(len(values) for _, values in axes(policy, fixed))
+    if ns.sample is not None and ns.sample < widest:
+        raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
+                         f"every input, so it needs at least {widest} configs")
+    if ns.workers is not None and ns.workers < 1:
+        raise UsageError("hisparse conform: --workers must be at least 1")
+    try:
+        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr)
+    except SGLangUnavailable as exc:
+        print(f"hisparse conform: {exc}", file=sys.stderr)
+        return ERROR
+    from .conform.report import report_text
+
+    if result["warning"] and ns.format != "text":
+        print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(report_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+    return OK if result["conformant"] else VIOLATION
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -602,6 +697,7 @@ COMMANDS = {
     "table": (cmd_table, "the routing table a policy implies"),
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
+    "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
     "attend": (cmd_attend, "run a synthetic HiSparse decode workload through the policy's backend"),
     "doctor": (cmd_doctor, "what the kernel bridge can run here, and why"),

@@ -16,7 +16,9 @@ def codes_table() -> str:
 
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
-    out = {"error-codes": codes_table}
+    from .models import models_table
+
+    out = {"error-codes": codes_table, "model-paths": models_table}
     try:
         from .table import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap

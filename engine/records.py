@@ -1,9 +1,13 @@
 """Decision records (`--record FILE`) and their replay against another policy.
 
 A record is one JSON line: UTC time, the policy's identity (family, version, sha256 of the file),
-the input config (canonical keys), and the decision. Appends are atomic: each record is written
-with one write() on a file opened for appending, under an exclusive lock, so concurrent writers
-(threads or processes) never interleave or truncate lines.
+the input as the user gave it (keys as spelled, the model path and SGLang's options; replay reads
+it as every source is read), and the decision. Appends are atomic: each record is written with
+one write() on a file opened for appending, under an exclusive lock, so concurrent writers
+(threads or processes) never interleave or truncate lines; an append that fails part-way (a full
+disk, a file size limit) is cut back to the size the file had, so it leaves no torn line; and a
+file whose last line is torn (an older writer that crashed) gets a newline first, so a new record
+is never glued to it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 
 from .compare import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
 from .errors import ConfigError, Problem, clip
+from .given import config_of
 
 try:
     import fcntl
@@ -20,44 +25,79 @@ except ImportError:  # pragma: no cover - not POSIX: O_APPEND alone keeps single
     fcntl = None
 
 
-def record_line(decision) -> bytes:
+def record_line(decision, given=None) -> bytes:
+    """One record. `given`: what the user gave (engine.given.Given.given), keys as spelled, so
+    that a replay against a version with other names reads it as that version would; default:
+    the config the decision was asked for."""
     policy = decision.policy
     rec = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "policy": policy.identity(),
-        "input": policy.normalize(decision.input),
+        "input": dict(decision.input if given is None else given),
         "decision": decision.to_dict(),
     }
     return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def append_records(path: str, decisions) -> int:
-    """Append one record per decision; returns how many. Raises ConfigError when the file cannot
-    be written."""
-    data = b"".join(record_line(d) for d in decisions)
+def append_records(path: str, decisions, inputs=None) -> int:
+    """Append one record per decision (`inputs`: what the user gave for each, see record_line);
+    returns how many. Raises ConfigError when the file cannot be written."""
+    decisions = list(decisions)
+    inputs = list(inputs) if inputs is not None else [None] * len(decisions)
+    data = b"".join(record_line(d, g) for d, g in zip(decisions, inputs))
     if not data:
         return 0
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # read and write: the last byte is read (is the last line whole?) through the same open file
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(data)
-        while view:  # a regular file takes it in one write; loop for the pathological case
-            written = os.write(fd, view)
-            view = view[written:]
-    except OSError as exc:
+        size = os.fstat(fd).st_size  # under the lock: where this append starts
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a torn last line stays on its own line (replay reports it)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes it in one write; loop for the pathological case
+                written = _write(fd, view)
+                view = view[written:]
+        except OSError as exc:
+            raise ConfigError([Problem("C504", f"cannot write the record file: {exc.strerror or exc}"
+                                       f"{_cut_back(fd, size)}", path)]) from None
+    except OSError as exc:  # the lock or the size
         raise ConfigError([Problem("C504", f"cannot write the record file: {exc.strerror or exc}", path)]) from None
     finally:
         if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
         os.close(fd)
-    return data.count(b"\n")
+    return len(decisions)
+
+
+_write = os.write  # one place for the tests to make a write fail part-way
+
+
+def _cut_back(fd: int, size: int) -> str:
+    """Truncate a failed append back to `size` (still under the lock): the file is as it was."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        return f"; the file could not be cut back to its {size} bytes ({exc.strerror or exc}): its last line is torn"
+    return " (nothing was appended)"
 
 
 MAX_RECORDS = 1_000_000  # records one replay reads; --max-records raises it
+
+
+def _bad(path: str, number: int, what: str, torn: bool) -> Problem:
+    if torn:
+        return Problem("C505", f"torn record: the file ends inside this line, without its newline ({what})",
+                       path, number, 1, hint="an append that did not finish; the other records are replayed")
+    return Problem("C505", what, path, number, 1)
 
 
 def read_records(path: str, max_records: int = MAX_RECORDS):
@@ -84,6 +124,7 @@ def read_records(path: str, max_records: int = MAX_RECORDS):
             if line is None:
                 return
             number += 1
+            torn = isinstance(line, bytes) and not line.endswith(b"\n")  # only the last line can lack one
             if line is RUNAWAY or line is TOO_LONG:
                 yield number, None, Problem("C505", f"a record longer than {limit} bytes "
                                             "(HISPARSE_MAX_FILE_BYTES)", path, number, 1)
@@ -93,8 +134,7 @@ def read_records(path: str, max_records: int = MAX_RECORDS):
             try:
                 text = line.decode("utf-8").strip()
             except UnicodeDecodeError as exc:
-                yield number, None, Problem("C505", f"not UTF-8 ({exc.reason} at column {exc.start + 1})",
-                                            path, number, exc.start + 1)
+                yield number, None, _bad(path, number, f"not UTF-8 (byte {exc.start + 1})", torn)
                 continue
             if not text:
                 continue
@@ -105,8 +145,9 @@ def read_records(path: str, max_records: int = MAX_RECORDS):
             try:
                 rec = parse_json(text, path).data
             except ReadError as exc:
-                yield number, None, Problem("C505", f"not a JSON record: {exc.problems[0].message}", path,
-                                            number, exc.problems[0].col or 1)
+                p = exc.problems[0]
+                where = f" at column {p.col}" if p.col else ""
+                yield number, None, _bad(path, number, f"not a JSON record ({p.message}{where})", torn)
                 continue
             problem = record_problem(rec)
             if problem:
@@ -124,9 +165,6 @@ def record_problem(rec) -> str | None:
     if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
             or not isinstance(rec.get("decision"), dict):
         return "a record has 'input' and 'decision' objects"
-    for key, value in rec["input"].items():
-        if not isinstance(value, _SCALARS):
-            return f"input.{clip(key)}: expected a string, number, boolean or null, got {_kind(value)}"
     d = rec["decision"]
     if not isinstance(d.get("ok"), bool):
         return f"decision.ok: expected true or false, got {_kind(d.get('ok'))}"
@@ -166,8 +204,8 @@ def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECO
             continue
         total += 1
         old = outcome_of_record(rec["decision"])
-        try:
-            new = outcome_of(policy.evaluate(rec["input"]))
+        try:  # read as every source is: spellings, model path and options as the user gave them
+            new = outcome_of(policy.evaluate(config_of(policy, rec["input"])[0]))
         except ConfigError as exc:
             new = outcome_of_error(exc)
         cls, key = classify(old, new)

@@ -26,7 +26,12 @@ def validator(name: str = "policy"):
 
         with open(schema_path(name), encoding="utf-8") as fh:
             schema = json.load(fh)
-        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+        # an integer is an int, never a float that happens to be whole: `version: 1.0` or
+        # `minimum: 9.0` is a mistake to report, not a number to round (JSON Schema would accept it)
+        types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda checker, x: isinstance(x, int) and not isinstance(x, bool))
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern},
+                                           type_checker=types)
         _validators[name] = cls(schema)
     return _validators[name]
 
@@ -108,7 +113,11 @@ def _explain(doc: Document, err) -> list[Problem]:
     if v == "pattern":
         return [doc.problem("E201", f"{_where(path)}: {shown(err.instance)} is not a valid name here "
                             f"(pattern {err.validator_value})", path)]
-    return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path)]
+    hint = ""
+    if v == "type" and isinstance(err.instance, float) and "integer" in str(err.validator_value) \
+            and err.instance.is_integer():
+        hint = f"write {int(err.instance)}: a whole number written with a decimal point is a float"
+    return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path, hint=hint)]
 
 
 def _best(errors):

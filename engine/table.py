@@ -57,7 +57,6 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     # each row is evaluated once with the phases unset and once per backend per phase
     check_size(size * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
     phases = list(policy.phases.items())
-    backends = list(policy.backends)
     groups: dict = {}
     order = []
     for done, combo in enumerate(itertools.product(*domains), 1):
@@ -71,7 +70,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
         else:
             defaults, rejected = None, d.error
         allowed = tuple(
-            tuple(b for b in backends if policy.evaluate(dict(base, **{spec.input: b})).ok)
+            tuple(b for b in policy.inputs[spec.input].values if policy.evaluate(dict(base, **{spec.input: b})).ok)
             for ph, spec in phases)
         key = (defaults, rejected, allowed)
         if key not in groups:
@@ -91,7 +90,20 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
                 "rejected": rejected,
                 "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
             })
-    return {"policy": policy.identity(), "fixed": fixed, "axes": axes, "rows": rows}
+    return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
+            "rows": rows}
+
+
+def _upstream_json(policy) -> dict | None:
+    up = policy.upstream
+    if up is None:
+        return None
+    out = {k: v for k, v in (("project", up.project), ("version", up.version), ("commit", up.commit),
+                              ("pr", up.pr)) if v is not None}
+    out["note"] = up.note
+    if up.leaves_out:
+        out["leaves_out"] = [{"where": w, "why": y} for w, y in up.leaves_out]
+    return out
 
 
 def _terms(cube, axes, domains):
@@ -141,12 +153,15 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
             cells += ["-"] * len(phases)
         else:
             cells += [_show(r["defaults"][ph]) for ph in phases]
-        cells += [_allowed_cell(r["allowed"][ph], list(policy.backends)) for ph in phases]
+        cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
+                  for ph in phases]
         if any_rejected:
             cells.append(r["rejected"] or "")
         body.append(cells)
     fixed = ", ".join(f"{k}={_show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
+    if policy.upstream is not None:
+        title += f", which models {policy.upstream.label()}"
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
@@ -159,7 +174,8 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
 
 README_TABLES = (
     ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@3", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "dcp_size=1", "hisparse_device_buffer_size=unset",
+                        "hisparse_swap_in_block_size=unset"]),
 )
 
 

@@ -186,7 +186,7 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
     if isinstance(decision_or_config, engine.Decision):
         decision = decision_or_config
     else:
-        pol = engine.load_policy(policy or _default_policy())
+        pol = engine.load_policy(policy if policy is not None else _default_policy())
         try:
             config = pol.normalize(decision_or_config)
         except engine.ConfigError as exc:

@@ -68,11 +68,11 @@ def test_config_file_yaml(capsys, tmp_path):
                    "kv-cache-dtype: fp8_e4m3\ndisable_radix_cache: true\n")
     code, out, err = run_cli(capsys, "evaluate", "--config", str(cfg), "--format", "json")
     assert code == 0
-    assert json.loads(out)["nsa_decode_backend"] == "flashmla_kv"
-    assert "ignored 2 key(s) the policy does not read: model-path, tp" in err
+    assert json.loads(out)["dsa_decode_backend"] == "flashmla_kv"
+    assert "ignored 1 key(s) the policy does not read: tp" in err  # model-path is read: dsa_model
     # flags override the file
     code, out, _ = run_cli(capsys, "evaluate", "--config", str(cfg), "--kv-cache-dtype", "bfloat16", "--format", "json")
-    assert json.loads(out)["nsa_decode_backend"] == "flashmla_sparse"
+    assert json.loads(out)["dsa_decode_backend"] == "flashmla_sparse"
 
 
 def test_config_file_near_miss_is_an_error(capsys, tmp_path):
@@ -87,7 +87,7 @@ def test_config_file_json_and_bad_files(capsys, tmp_path):
     cfg = tmp_path / "server.json"
     cfg.write_text(json.dumps({"enable_hisparse": True, "disable_radix_cache": True}))
     code, out, _ = run_cli(capsys, "evaluate", "--config", str(cfg), "--format", "json")
-    assert code == 0 and json.loads(out)["nsa_decode_backend"] == "flashmla_sparse"
+    assert code == 0 and json.loads(out)["dsa_decode_backend"] == "flashmla_sparse"
     cfg.write_text("[1, 2]")
     code, _, err = run_cli(capsys, "evaluate", "--config", str(cfg))
     assert code == 2 and "C504" in err
@@ -163,7 +163,8 @@ def test_console_help_process():
     assert proc.returncode == 0 and "evaluate" in proc.stdout
     proc = run_process("evaluate", "--help")
     assert proc.returncode == 0
-    assert "--nsa-decode-backend BACKEND" in proc.stdout and "--no-dsa-model" in proc.stdout
+    assert "--dsa-decode-backend BACKEND" in proc.stdout and "--no-dsa-model" in proc.stdout
+    assert "--nsa-decode-backend" not in proc.stdout  # removed in the default policy's SGLang
 
 
 def test_terminal_controls_are_escaped_in_text_and_json(capsys, tmp_path):
