@@ -541,11 +541,10 @@ def cmd_attend(argv) -> int:
     buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
                                   getattr(ns, "hisparse_device_buffer_size", None))
     buffer_size = 2 * top_k if buffer_size is None else buffer_size
-    from .config import merge_config
-
     for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
         if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
-            config = merge_config(policy, config, {name: value})
+            config = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
+            config[name] = value
     decision = policy.evaluate(config)
     if not decision.ok:
         print(f"REJECTED by {policy.ref}: {decision.error}")

@@ -227,8 +227,10 @@ def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
         with pytest.raises(SystemExit):
             cli.COMMANDS[command][0](["a", "b"] if command == "diff" else [])
     monkeypatch.setattr(cli._Parser, "parse_args", real)
-    policy_flags = {f for ref in ("nsa-backends@1", "nsa-backends@2", "nsa-backends@3")
-                    for spec in __import__("engine").load_policy(ref).inputs.values()
+    from engine.loader import list_families
+
+    refs = [f"nsa-backends@{v}" for v in list_families()["nsa-backends"]]
+    policy_flags = {f for ref in refs for spec in __import__("engine").load_policy(ref).inputs.values()
                     for f in tuple(spec.flags) + tuple(spec.deprecated)}
     own = {o for parser in seen.values() for o in parser._option_string_actions
            if o.startswith("--") and not o.startswith("--no-")}
