@@ -20,11 +20,16 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` command itself, and the SGLang options its inputs are read from,
-# which no input may take as its flag
+# options of the `hisparse` commands themselves (a test checks every command's parser against
+# this list), and the SGLang options its inputs are read from, which no input may take as its
+# flag; attend's --hisparse-top-k and --hisparse-device-buffer-size are left to the policy, which
+# owns them when it declares them
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
                             "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
-                            "--hierarchical-sparse-attention-extra-config"})
+                            "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
+                            "--min-coverage", "--max-records", "--deep",
+                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
+                            "--provider", "--device", "--max-memory", "--sample", "--workers"})
 
 
 class Parts:

@@ -60,6 +60,9 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
+        from bench.report import accuracy_table
+
+        out["accuracy"] = accuracy_table
     return out
 
 

@@ -16,7 +16,6 @@ path decides dsa_model and model_family unless some layer gives them.
 """
 from __future__ import annotations
 
-import json
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -165,10 +164,13 @@ def _names(policy) -> list[str]:
 def _json_object(key, value, file):
     obj = value
     if isinstance(value, str):
-        try:
-            obj = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            return None, Problem("C503", f"{key}: not a JSON object: {shown(value)}", file)
+        from .yaml_reader import ReadError, parse_json
+
+        try:  # the reader's limits: 64-bit integers, finite floats, depth, size
+            obj = parse_json(value, key).data
+        except ReadError as exc:
+            return None, Problem("C503", f"{key}: not a JSON object: {shown(value)} "
+                                 f"({exc.problems[0].message})", file)
     if not isinstance(obj, dict):
         return None, Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file)
     return obj, None

@@ -13,11 +13,12 @@ import threading
 from collections import OrderedDict
 
 from .build import Builder
-from .errors import PolicyError, Problem
+from .errors import PolicyError, Problem, clip
 from .paths import default_policy_dir, policy_root, shipped_policy_dir
 from .policy import Policy
 from .schema import schema_problems
 from .suggest import did_you_mean
+from .text import parse_int
 from .yaml_reader import Document, ReadError, decode_utf8, max_file_bytes, parse_yaml, read_bytes
 
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
@@ -62,10 +63,11 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if version is None:
         number = max(versions)
     else:
-        number = int(version)
+        number = parse_int(version)  # None for a number too long to be a version
         if number not in versions:
             listed = ", ".join(f"{family}@{v}" for v in sorted(versions))
-            raise PolicyError([Problem("R601", f"no version {number} of '{family}'", hint=f"available: {listed}")])
+            raise PolicyError([Problem("R601", f"no version {clip(version)} of '{family}'",
+                                       hint=f"available: {listed}")])
     names = version_files(os.path.join(root, family))[number]
     shown = os.path.join(_display_dir(root), family)
     if len(names) > 1:

@@ -16,7 +16,7 @@ import json
 import os
 
 from .compare import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, clip
 from .given import config_of
 
 try:
@@ -90,36 +90,7 @@ def _cut_back(fd: int, size: int) -> str:
     return " (nothing was appended)"
 
 
-def read_records(path: str):
-    """Yield (line number, record or None, problem or None) for each line. Each line is decoded
-    and parsed alone, so a bad one is reported (with its number and what is wrong) and the rest
-    are still read."""
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise ConfigError([Problem("C504", f"cannot read the record file: {exc.strerror or exc}", path)]) from None
-    with fh:
-        for number, raw in enumerate(fh, 1):
-            torn = not raw.endswith(b"\n")  # only the last line can lack one
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as exc:
-                yield number, None, _bad(path, number, f"not UTF-8 (byte {exc.start + 1})", torn)
-                continue
-            if not text:
-                continue
-            try:
-                rec = json.loads(text)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                what = f"not a JSON record ({exc.msg} at column {exc.colno})" if isinstance(
-                    exc, json.JSONDecodeError) else "not a JSON record (nested too deep)"
-                yield number, None, _bad(path, number, what, torn)
-                continue
-            if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
-                    or not isinstance(rec.get("decision"), dict):
-                yield number, None, Problem("C505", "a record has 'input' and 'decision' objects", path, number, 1)
-                continue
-            yield number, rec, None
+MAX_RECORDS = 1_000_000  # records one replay reads; --max-records raises it
 
 
 def _bad(path: str, number: int, what: str, torn: bool) -> Problem:
@@ -129,13 +100,105 @@ def _bad(path: str, number: int, what: str, torn: bool) -> Problem:
     return Problem("C505", what, path, number, 1)
 
 
-def replay(path: str, policy, max_examples: int = 3) -> dict:
+def read_records(path: str, max_records: int = MAX_RECORDS):
+    """Yield (line number, record or None, problem or None) for each line. The file is a regular
+    file or a pipe (a device such as /dev/zero is refused); each line is read with the reader's
+    limits (HISPARSE_MAX_FILE_BYTES, 64-bit integers, depth) and its fields are checked, so a
+    tampered record is a C505 problem of its own line; more than `max_records` records stop the
+    replay with C505."""
+    from .streams import RUNAWAY, TOO_LONG, lines_of, open_stream
+    from .yaml_reader import ReadError, max_file_bytes, parse_json
+
+    limit = max_file_bytes()
+    stream = open_stream("the record file", path)
+    records = 0
+    with stream:
+        lines = lines_of(stream, limit)
+        number = 0
+        while True:
+            try:
+                line = next(lines, None)
+            except OSError as exc:
+                raise ConfigError([Problem("C504", f"cannot read the record file: {exc.strerror or exc}",
+                                           path)]) from None
+            if line is None:
+                return
+            number += 1
+            torn = isinstance(line, bytes) and not line.endswith(b"\n")  # only the last line can lack one
+            if line is RUNAWAY or line is TOO_LONG:
+                yield number, None, Problem("C505", f"a record longer than {limit} bytes "
+                                            "(HISPARSE_MAX_FILE_BYTES)", path, number, 1)
+                if line is RUNAWAY:
+                    return
+                continue
+            try:
+                text = line.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                yield number, None, _bad(path, number, f"not UTF-8 (byte {exc.start + 1})", torn)
+                continue
+            if not text:
+                continue
+            records += 1
+            if records > max_records:
+                raise ConfigError([Problem("C505", f"more than {max_records} records; stopped reading",
+                                           path, number, 1, hint="raise the bound with --max-records")])
+            try:
+                rec = parse_json(text, path).data
+            except ReadError as exc:
+                p = exc.problems[0]
+                where = f" at column {p.col}" if p.col else ""
+                yield number, None, _bad(path, number, f"not a JSON record ({p.message}{where})", torn)
+                continue
+            problem = record_problem(rec)
+            if problem:
+                yield number, None, Problem("C505", problem, path, number, 1)
+                continue
+            yield number, rec, None
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def record_problem(rec) -> str | None:
+    """What is wrong with a record's shape (None when nothing is): the fields replay reads must
+    have the types --record writes, so a tampered record is refused by name, never crashes."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("input"), dict) \
+            or not isinstance(rec.get("decision"), dict):
+        return "a record has 'input' and 'decision' objects"
+    d = rec["decision"]
+    if not isinstance(d.get("ok"), bool):
+        return f"decision.ok: expected true or false, got {_kind(d.get('ok'))}"
+    backends = d.get("backends", {})
+    if not isinstance(backends, dict) or not all(isinstance(v, (str, type(None))) for v in backends.values()):
+        return "decision.backends: expected an object of phase -> backend name or null"
+    log = d.get("log", [])
+    if not isinstance(log, list) or not all(isinstance(x, str) for x in log):
+        return "decision.log: expected a list of strings"
+    violations = d.get("violations", [])
+    if not isinstance(violations, list) or not all(
+            isinstance(v, dict) and isinstance(v.get("message"), (str, type(None)))
+            and isinstance(v.get("check"), (str, type(None))) for v in violations):
+        return "decision.violations: expected a list of objects with string 'check' and 'message'"
+    for key, value in d.items():
+        if key not in ("backends", "log", "violations", "sources", "policy") and not isinstance(value, _SCALARS):
+            return f"decision.{clip(key)}: expected a string, number, boolean or null, got {_kind(value)}"
+    if "policy" in rec and not isinstance(rec["policy"], (dict, type(None))):
+        return f"policy: expected an object, got {_kind(rec['policy'])}"
+    return None
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECORDS) -> dict:
     """Re-evaluate every recorded input with `policy`; classify what would change (diff's classes)."""
     counts = dict.fromkeys(CLASSES, 0)
     groups: dict = {}
     problems: list[Problem] = []
     total = 0
-    for number, rec, problem in read_records(path):
+    for number, rec, problem in read_records(path, max_records):
         if problem is not None:
             problems.append(problem)
             continue

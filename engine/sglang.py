@@ -22,10 +22,11 @@ import os
 import shlex
 import sys
 
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, clip, shown
 from .given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
 from .models import model_family, model_inputs, model_is_dsa  # noqa: F401  (the API names them here)
 from .suggest import near_miss
+from .text import parse_int
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
 # SGLang options the launch reader reads besides the policy's flags (their values are read by
@@ -37,7 +38,12 @@ _OPTION_FLAGS = tuple("--" + k for k in MODEL_KEYS) + tuple(
 def launch_args(tokens: list[str]) -> list[str]:
     """The server arguments of a launch command (everything after the launcher)."""
     if len(tokens) == 1 and " " in tokens[0].strip():
-        tokens = shlex.split(tokens[0])
+        try:
+            tokens = shlex.split(tokens[0])
+        except ValueError as exc:  # an unbalanced quote
+            raise ConfigError([Problem("C501", f"cannot split the launch command {clip(repr(tokens[0]))}: {exc}",
+                                       hint="quote it as a shell would, or pass the arguments "
+                                            "after -- as separate words")]) from None
     for i, tok in enumerate(tokens):
         if tok.endswith(_LAUNCHERS) or (tok == "serve" and i and os.path.basename(tokens[i - 1]) == "sglang"):
             return tokens[i + 1:]
@@ -156,11 +162,11 @@ def launch_layers(policy, tokens: list[str]):
         if raw is None:
             continue
         if spec.type == "int":
-            try:
-                raw = int(raw)
-            except ValueError:
-                problems.append(Problem("C503", f"{flag}: expected an integer, got {raw!r}"))
+            number = parse_int(raw)  # None past 20 digits: int() of 5000 digits raises
+            if number is None:
+                problems.append(Problem("C503", f"{flag}: expected a 64-bit integer, got {shown(raw)}"))
                 continue
+            raw = number
         given[flag[2:]] = raw  # the spelling typed: a deprecated one is logged when evaluated
     from .config import config_layer
 

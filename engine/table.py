@@ -10,6 +10,7 @@ import itertools
 
 from .compare import cube_terms, minimize
 from .errors import ConfigError, Problem
+from .text import parse_int
 
 
 def parse_where(policy, items: list[str]) -> dict:
@@ -30,29 +31,37 @@ def parse_where(policy, items: list[str]) -> dict:
         elif spec.type == "bool":
             value = {"true": True, "false": False}.get(text.lower(), text)
         elif spec.type == "int":
-            value = int(text) if text.lstrip("-").isdigit() else text
+            value = parse_int(text)
+            if value is None:
+                from .errors import shown
+
+                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
+                                                   "64-bit integer")])
         else:
             value = text
         fixed.update(policy.normalize({key: value}))
     return fixed
 
 
-def routing_rows(policy, fixed: dict | None = None) -> dict:
-    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}"""
-    from .diff import check_size
+def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
+    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}; `progress(done,
+    total)` as for diff()."""
+    from .diff import PROGRESS_EVERY, check_size
 
     fixed = fixed or {}
     axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
     domains = [policy.inputs[n].domain() for n in axes]
-    rows = 1
+    size = 1
     for d in domains:
-        rows *= len(d)
+        size *= len(d)
     # each row is evaluated once with the phases unset and once per backend per phase
-    check_size(rows * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
+    check_size(size * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
     phases = list(policy.phases.items())
     groups: dict = {}
     order = []
-    for combo in itertools.product(*domains):
+    for done, combo in enumerate(itertools.product(*domains), 1):
+        if progress is not None and not done % (PROGRESS_EVERY // 16):
+            progress(done, size)
         base = dict(fixed, **dict(zip(axes, combo)))
         d = policy.evaluate(base)
         if d.ok:
@@ -68,6 +77,8 @@ def routing_rows(policy, fixed: dict | None = None) -> dict:
             groups[key] = []
             order.append(key)
         groups[key].append(combo)
+    if progress is not None:
+        progress(size, size)
     rows = []
     for key in order:
         defaults, rejected, allowed = key
