@@ -165,8 +165,8 @@ class Builder:
                 if flag in inp.flags:
                     self.problem("E307", f"flag {flag} is listed both as a flag and as deprecated",
                                  inp.path + ("deprecated_flags", flag), key=True)
-            for flag in inp.removed:
-                if flag in inp.flags or flag in inp.deprecated:
+            for flag in inp.removed:  # the input's own name is always accepted as a config key
+                if flag in inp.flags or flag in inp.deprecated or flag[2:].replace("-", "_") == inp.name:
                     self.problem("E307", f"flag {flag} is listed as removed and as accepted",
                                  inp.path + ("removed_flags", flag), key=True)
             for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated) + tuple(inp.removed)):
@@ -389,6 +389,11 @@ class Builder:
             if backend not in self.parts.backends:
                 self.problem("E303", f"unknown backend '{backend}'", path + ("set", phase),
                              hint=did_you_mean(backend, self.parts.backends))
+                continue
+            accepted = self.parts.phases[phase].backends
+            if backend not in accepted:
+                self.problem("E302", f"phase '{phase}' does not accept backend '{backend}'",
+                             path + ("set", phase), hint=f"it accepts {', '.join(accepted)}")
                 continue
             rule.set[phase] = backend
         missing = [ph for ph in self.parts.phases if ph not in r["set"]]
