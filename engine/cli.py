@@ -116,6 +116,9 @@ def _add_input_flags(parser, group, policy, defaults: dict) -> None:
             else:
                 group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
                                    default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
+        for i, flag in enumerate(spec.removed):  # parsed only to be refused (C501) naming the replacement
+            group.add_argument(flag, dest=f"{name}__removed{i}", nargs="?", const=True, default=None,
+                               help=argparse.SUPPRESS)
     from .given import MODEL_KEYS, OPTIONS
 
     sglang = parser.add_argument_group("SGLang options the inputs are read from")
@@ -143,6 +146,10 @@ def flag_values(policy, ns) -> dict:
                 given[flag[2:]] = value
         for i, flag in enumerate(spec.deprecated):
             value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.removed):
+            value = getattr(ns, f"{name}__removed{i}", None)
             if value is not None:
                 given[flag[2:]] = value
     for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
