@@ -164,7 +164,8 @@ class Upstream:
         func = rest.split(" ", 1)[1] if " " in rest else ""
         for place, why in self.leaves_out:
             p_path, _, p_func = place.partition(":")
-            if path.endswith(p_path) and (not p_func or p_func == func):
+            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
+            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
                 return why
         return None
 
