@@ -54,8 +54,9 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     size = 1
     for d in domains:
         size *= len(d)
-    # each row is evaluated once with the phases unset and once per backend per phase
-    check_size(size * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
+    # each row is evaluated once with the phases unset and once per backend each phase accepts
+    tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
+    check_size(size * (1 + tries), f"the routing table of {policy.ref}")
     phases = list(policy.phases.items())
     groups: dict = {}
     order = []
