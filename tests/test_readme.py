@@ -1,6 +1,7 @@
 """The README's generated blocks are current, its quickstart commands exist, and every example
 command it shows gives the output shown (`...` stands for text that varies or was trimmed: inside
-a line any text, on a line of its own any number of lines)."""
+a line any text, on a line of its own any number of lines), and its policy-language snippets are
+the shipped policy's text."""
 import json
 import os
 import re
@@ -197,3 +198,40 @@ def test_python_api_example_values_are_real():
         assert (set(got) if isinstance(want, set) else got) == want, line  # a set names the keys
         checked += 1
     assert checked >= 3
+
+
+def _contained(part, whole) -> bool:
+    """`part` is an excerpt of `whole`: mappings may leave keys out, a list of mappings may leave
+    items out (each shown one is an excerpt of one of whole's), text is equal up to whitespace."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _contained(v, whole[k]) for k, v in part.items())
+    if isinstance(part, list) and part and all(isinstance(x, dict) for x in part):
+        return isinstance(whole, list) and all(any(_contained(x, y) for y in whole) for x in part)
+    if isinstance(part, str) and isinstance(whole, str):
+        return part.split() == whole.split()
+    return part == whole and type(part) is type(whole)
+
+
+def test_language_snippets_of_v4_are_excerpts_of_it():
+    """The YAML snippets of "The policy language" that show the newer features are nsa-backends@4's
+    own text, so they load and mean what the shipped policy means."""
+    import yaml
+
+    readme = read("README.md")
+    section = readme[readme.index("## The policy language"):readme.index("## Python API")]
+    with open(os.path.join(ROOT, "policies", "nsa-backends", "v4.yaml"), encoding="utf-8") as fh:
+        v4 = yaml.safe_load(fh)
+    snippets = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
+    shown = [s for s in snippets if any(word in json.dumps(s) for word in ("upstream", "removed_flags", '"at"'))]
+    assert len(shown) == 3
+    for snippet in shown:
+        assert _contained(snippet, v4), snippet
+    assert not _contained({"phases": {"decode": {"backends": ["triton_sparse_mla"]}}}, v4)  # the check can fail
+
+
+def test_the_removed_spelling_example_is_what_v4_says():
+    import engine
+
+    with pytest.raises(engine.ConfigError) as exc:
+        engine.load_policy("nsa-backends@4").evaluate({"nsa-decode-backend": "fa3"})
+    assert f"`{exc.value.problems[0]}`" in read("README.md")
