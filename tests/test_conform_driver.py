@@ -337,7 +337,7 @@ def test_progress_on_a_pipe_is_whole_lines():
     assert "\r" not in text and text.endswith("\n")
     lines = text.splitlines()
     assert 2 <= len(lines) <= 11  # one per 10% at most, and the last
-    assert all(re.fullmatch(r"conform: \d+/97 configs \(\d+%\), \d+s.*", line) for line in lines)
+    assert all(re.fullmatch(r"conform: \d+/97 launches \(\d+%\), \d+s.*", line) for line in lines)
     assert lines[-1].startswith("conform: 97/97 launches (100%)")
 
 

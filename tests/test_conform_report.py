@@ -23,12 +23,10 @@ def as_result(decision) -> Result:
 
 def test_case_of_spells_what_an_operator_types():
     config = V4.complete({"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True,
-                          "sm_major": 10, "dsa_decode_backend": "flashmla_kv", "hisparse_device_buffer_size": 1024,
-                          "dcp_size": 2})
+                          "sm_major": 10, "dsa_decode_backend": "flashmla_kv", "hisparse_device_buffer_size": 1024})
     case = cases.case_of(V4, config)
     assert case.argv == ("--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache",
-                         "--dcp-size", "2", "--tp-size", "2", "--dsa-decode-backend", "flashmla_kv",
-                         "--hisparse-config", '{"device_buffer_size":1024}')
+                         "--dsa-decode-backend", "flashmla_kv", "--hisparse-config", '{"device_buffer_size":1024}')
     assert (case.architecture, case.platform, case.capability) == ("DeepseekV32ForCausalLM", "cuda", (10, 0))
     assert json.loads(case.argv[-1]) == {"device_buffer_size": 1024}
 
@@ -67,8 +65,7 @@ def test_sample_index_round_trip_and_fixed_inputs():
 
 
 def _slice():
-    return list(sample.whole(sample.axes(V4, {"dcp_size": 1, "hisparse_swap_in_block_size": None,
-                                              "hisparse_device_buffer_size": None, "sm_major": 9,
+    return list(sample.whole(sample.axes(V4, {"hisparse_device_buffer_size": None, "sm_major": 9,
                                               "platform": "cuda", "dsa_model": True})))
 
 

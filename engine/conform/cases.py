@@ -26,9 +26,6 @@ MACHINE_INPUTS = ("platform", "sm_major", "sm_minor")
 HISPARSE_CONFIG = {"hisparse_top_k": "top_k", "hisparse_device_buffer_size": "device_buffer_size",
                    "hisparse_swap_in_block_size": "swap_in_block_size",
                    "hisparse_host_to_device_ratio": "host_to_device_ratio"}
-# input -> the arguments an operator adds with a non-default value, beside the flag itself: a
-# decode-context-parallel size must divide the tensor-parallel size
-COMPANION_ARGS = {"dcp_size": lambda v: ("--tp-size", str(v))}
 
 
 def architecture(config: dict) -> str:
@@ -58,8 +55,6 @@ def case_of(policy, config: dict) -> Case:
                 argv.append("--no-" + spec.flag[2:])
             continue
         argv += [spec.flag, str(value)]
-        if name in COMPANION_ARGS:
-            argv += COMPANION_ARGS[name](value)
     if hisparse:
         argv += ["--hisparse-config", json.dumps(hisparse, separators=(",", ":"))]
     capability = (int(config.get("sm_major", 9)), int(config.get("sm_minor", 0) or 0))
