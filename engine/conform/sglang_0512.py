@@ -1,0 +1,33 @@
+"""Driver for SGLang 0.5.12 (and 0.5.12.post1, the same routing): PR #23013's HiSparse routing in
+`srt/arg_groups/hisparse_hook.py`. See `prepipeline` for what runs and what is patched.
+
+The HiSparse check is the release's own entry point, `hisparse_hook.validate_hisparse(sa)` (which
+`ServerArgs.check_server_args` calls; the rest of check_server_args is not run: it reads defaults that
+`__post_init__` fills)."""
+from __future__ import annotations
+
+from .prepipeline import Driver
+from .protocol import Case, Result
+
+VERSION = "0.5.12"
+
+
+def _check(server_args):
+    from sglang.srt.arg_groups.hisparse_hook import validate_hisparse
+
+    return validate_hisparse
+
+
+# imported inside _handle_model_specific_adjustments and _set_default_nsa_backends
+LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.hisparse_hook",
+        "sglang.srt.layers.attention.nsa.utils")
+_driver = Driver(VERSION, _check, LAZY)
+
+
+def setup() -> None:
+    """Import SGLang 0.5.12 with the stand-ins and build its parser (once per process)."""
+    _driver.setup()
+
+
+def run_case(case: Case) -> Result:
+    return _driver.run_case(case)
