@@ -373,7 +373,8 @@ class Driver:
                           backends=backends, log=tuple(lines), stage=state["stage"],
                           where=None if exc is None else _where(exc, self.root),
                           error_type=None if exc is None else "SystemExit" if isinstance(
-                              exc, ParserError) else type(exc).__name__)
+                              exc, ParserError) else type(exc).__name__,
+                          extra={"sglang": self.version})
 
         with _collect_logs() as lines:
             try:
