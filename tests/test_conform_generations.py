@@ -301,6 +301,24 @@ def test_driver_refuses_an_unknown_architecture(version):
         driver.run_case(Case((), "LlamaForCausalLM", "cuda", (9, 0)))
 
 
+def test_driver_refuses_an_unknown_platform():
+    from engine.conform import sglang_0512
+
+    with pytest.raises(ValueError, match="platform 'npu': this driver runs cuda or hip"):
+        sglang_0512.run_case(Case((), V32, "npu", (9, 0)))  # before any import of SGLang
+
+
+@pytest.mark.parametrize("args,text", [((), "usage: "), (("0.5.23", "DIR"), "no recipe for SGLang 0.5.23")])
+def test_env_script_refuses_bad_usage(tmp_path, args, text):
+    import subprocess
+
+    script = os.path.join(os.path.dirname(__file__), "..", "tools", "sglang-env.sh")
+    args = tuple(str(tmp_path / "env") if a == "DIR" else a for a in args)
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and text in proc.stderr
+    assert not (tmp_path / "env").exists()  # nothing was created
+
+
 def test_driver_refuses_another_installed_release():
     from engine.conform.prepipeline import Driver
 

@@ -360,6 +360,10 @@ class Driver:
         self.ready = True
 
     def run_case(self, case: Case) -> Result:
+        """What the release does with `case`. A case this driver cannot set up (an architecture
+        it has no model for, a platform other than cuda/hip) raises ValueError."""
+        if case.platform not in ("cuda", "hip"):
+            raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
         self.setup()
         ServerArgs = self.sa_module.ServerArgs
         model = self.models.get(case.architecture, tuple(case.model_extra))

@@ -1,5 +1,6 @@
-"""Driver for SGLang 0.5.12 (and 0.5.12.post1, the same routing): PR #23013's HiSparse routing in
-`srt/arg_groups/hisparse_hook.py`. See `prepipeline` for what runs and what is patched.
+"""Driver for SGLang 0.5.12: PR #23013's HiSparse routing in `srt/arg_groups/hisparse_hook.py`.
+See `prepipeline` for what runs and what is patched. (0.5.12.post1 has the same routing code but is
+not the release this driver was checked on: setup() refuses any other installed version.)
 
 The HiSparse check is the release's own entry point, `hisparse_hook.validate_hisparse(sa)` (which
 `ServerArgs.check_server_args` calls; the rest of check_server_args is not run: it reads defaults that
