@@ -40,11 +40,11 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
 
-# A virtual environment running SGLang $(SGLANG)'s own routing code on this machine, for
-# `hisparse conform` (0.5.11 or 0.5.12; docs/conform.md)
-SGLANG ?= 0.5.12
+# `make conform-env SGLANG=0.5.11` (or 0.5.12): a virtual environment of its own running that
+# release's routing code for `hisparse conform` (docs/conform.md); 0.5.23 is the one `install` adds
+RELEASE = $(patsubst sglang==%,%,$(SGLANG))
 conform-env:
-	bash tools/sglang-env.sh $(SGLANG) .venv-sglang-$(SGLANG)
+	bash tools/sglang-env.sh $(RELEASE) .venv-sglang-$(RELEASE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -24,7 +24,7 @@ Platform facts are patched for the duration of a case, where they are looked up:
 `os.environ` is restored after each case (the DSA branch sets
 SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD).
 
-Import-time preparation (`setup`), for a CPU machine without the release's GPU stack (the
+Import-time preparation (`load`), for a CPU machine without the release's GPU stack (the
 environment: `tools/sglang-env.sh`; triton there is the real package: `srt/utils/common.py` imports
 it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import):
 - `torchvision`: inert modules (only `srt/utils/common.py`'s `decode_jpeg` import needs it); the
@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
@@ -147,22 +148,30 @@ def _install_stand_ins() -> None:
 
 # -- model folders -------------------------------------------------------------------------------
 class ModelDirs:
-    """Local model folders holding only a config.json written by transformers' config classes."""
+    """Local model folders holding only a config.json written by transformers' config classes.
+
+    Forked workers share the root: a folder is named by what it holds and written by rename, so
+    two workers writing the same model write the same bytes to the same place. The root goes when
+    the process that made it exits."""
 
     def __init__(self):
         self.root = tempfile.mkdtemp(prefix="hisparse-conform-models-")
         self.dirs: dict = {}
-        atexit.register(shutil.rmtree, self.root, True)
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(self.root, True))
 
     def get(self, architecture: str, extra: tuple = ()) -> str:
-        key = (architecture, json.dumps(list(extra), sort_keys=True, default=repr))
+        key = json.dumps([architecture, list(extra)], sort_keys=True, default=repr)
         if key not in self.dirs:
-            config = model_config(architecture)
-            config.update(dict(extra))
-            path = os.path.join(self.root, str(len(self.dirs)))
-            os.makedirs(path)
-            with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(config, f, indent=1, sort_keys=True)
+            path = os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:16])
+            if not os.path.exists(os.path.join(path, "config.json")):
+                config = model_config(architecture)
+                config.update(dict(extra))
+                os.makedirs(path, exist_ok=True)
+                part = os.path.join(path, f"config.json.{os.getpid()}")
+                with open(part, "w") as f:
+                    json.dump(config, f, indent=1, sort_keys=True)
+                os.replace(part, os.path.join(path, "config.json"))
             self.dirs[key] = path
         return self.dirs[key]
 
@@ -330,9 +339,9 @@ class Driver:
         self.lazy = lazy
         self.ready = False
 
-    def setup(self) -> None:
-        if self.ready:
-            return
+    def import_sglang(self):
+        """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
+        when another release (or none) is installed, and what the import raised."""
         installed = installed_version()
         if installed != self.version:
             raise RuntimeError(f"this driver runs SGLang {self.version}; the installed SGLang is "
@@ -344,6 +353,14 @@ class Driver:
 
             for name in self.lazy:
                 importlib.import_module(name)
+        return server_args
+
+    def load(self) -> None:
+        """Import, build the parser, write the model folders: once per process. Forked workers
+        share all of it."""
+        if self.ready:
+            return
+        server_args = self.import_sglang()
         self.sa_module = server_args
         self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
         parser = argparse.ArgumentParser(prog="sglang serve")
@@ -356,6 +373,8 @@ class Driver:
         self.parser = parser
         self.check = self.check_factory(server_args)
         self.models = ModelDirs()
+        for architecture in ARCHITECTURES:
+            self.models.get(architecture)
         self.platform = _Platform()
         self.ready = True
 
@@ -364,7 +383,7 @@ class Driver:
         it has no model for, a platform other than cuda/hip) raises ValueError."""
         if case.platform not in ("cuda", "hip"):
             raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
-        self.setup()
+        self.load()
         ServerArgs = self.sa_module.ServerArgs
         model = self.models.get(case.architecture, tuple(case.model_extra))
         state = {"stage": "parser", "sa": None}

@@ -49,9 +49,17 @@ LAZY = ("sglang.srt.configs.model_config",)
 _driver = Driver(VERSION, hisparse_block, LAZY)
 
 
-def setup() -> None:
-    """Import SGLang 0.5.11 with the stand-ins and build its parser (once per process)."""
-    _driver.setup()
+def import_sglang():
+    """Import SGLang 0.5.11 with the stand-ins (raises what the import raised)."""
+    return _driver.import_sglang()
+
+
+def load() -> None:
+    """Import SGLang 0.5.11, build its parser and the model folders (once per process)."""
+    _driver.load()
+
+
+setup = load  # the name the driver protocol first used
 
 
 def run_case(case: Case) -> Result:

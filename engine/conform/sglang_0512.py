@@ -1,6 +1,6 @@
 """Driver for SGLang 0.5.12: PR #23013's HiSparse routing in `srt/arg_groups/hisparse_hook.py`.
 See `prepipeline` for what runs and what is patched. (0.5.12.post1 has the same routing code but is
-not the release this driver was checked on: setup() refuses any other installed version.)
+not the release this driver was checked on: load() refuses any other installed version.)
 
 The HiSparse check is the release's own entry point, `hisparse_hook.validate_hisparse(sa)` (which
 `ServerArgs.check_server_args` calls; the rest of check_server_args is not run: it reads defaults that
@@ -25,9 +25,17 @@ LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.hisparse_hook"
 _driver = Driver(VERSION, _check, LAZY)
 
 
-def setup() -> None:
-    """Import SGLang 0.5.12 with the stand-ins and build its parser (once per process)."""
-    _driver.setup()
+def import_sglang():
+    """Import SGLang 0.5.12 with the stand-ins (raises what the import raised)."""
+    return _driver.import_sglang()
+
+
+def load() -> None:
+    """Import SGLang 0.5.12, build its parser and the model folders (once per process)."""
+    _driver.load()
+
+
+setup = load  # the name the driver protocol first used
 
 
 def run_case(case: Case) -> Result:
