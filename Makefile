@@ -11,7 +11,7 @@ TORCH  ?= torch==2.13.0
 SGLANG ?= sglang==0.5.23
 CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
-.PHONY: install run test bench bench-quick check clean
+.PHONY: install run test bench bench-quick check clean conform-env
 
 install: $(STAMP)
 
@@ -39,6 +39,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
+
+# `make conform-env SGLANG=0.5.11` (or 0.5.12): a virtual environment of its own running that
+# release's routing code for `hisparse conform` (docs/conform.md); 0.5.23 is the one `install` adds
+RELEASE = $(patsubst sglang==%,%,$(SGLANG))
+conform-env:
+	bash tools/sglang-env.sh $(RELEASE) .venv-sglang-$(RELEASE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -15,6 +15,8 @@ import importlib
 import importlib.metadata
 
 DRIVERS: dict[str, str] = {
+    "0.5.11": "engine.conform.sglang_0511",  # environments: tools/sglang-env.sh (docs/conform.md)
+    "0.5.12": "engine.conform.sglang_0512",
     "0.5.23": "engine.conform.sglang_0523",
 }
 
