@@ -34,7 +34,8 @@ def conformance_table() -> str:
         scope = f"{r['total']:,}" + (f" (sample, seed {r['sample']['seed']})" if r.get("sample") else "")
         minutes = f"{r['seconds'] / 60:.0f} min" if r["seconds"] >= 120 else f"{r['seconds']:.0f} s"
         rows.append(f"| `{ref}` | {r['policy']['upstream']} | SGLang {r['sglang']} | {scope} | {c['agree']:,} | "
-                    f"{c['out_of_scope']:,} | {c['differ']:,} | {minutes} on {r.get('workers', '?')} workers |")
+                    f"{c['out_of_scope']:,} | {c['differ']:,} | {minutes}"
+                    + (f" on {r['workers']} workers" if r.get("workers") else "") + " |")
         for g in r["groups"]:
             notes.append(f"- `{ref}` vs SGLang {r['sglang']}, {g['count']:,} configs: {g['change']}"
                          + (f" (where `{g['where']}`)" if g["where"] else
@@ -46,7 +47,7 @@ def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
     from .models import models_table
 
-    out = {"error-codes": codes_table, "model-paths": models_table}
+    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
     try:
         from .table import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap
