@@ -8,9 +8,11 @@ are skipped. A flag that looks like a misspelt or abbreviated routing flag is an
 did-you-mean, never a guess. Whether the model uses DeepSeek Sparse Attention is read from the
 model path (DeepSeek-V3.2*, GLM-5*); `--dsa-model` / `--no-dsa-model` given to hisparse override.
 
-`apply(server_args, policy=None)` evaluates the policy on any object with SGLang's attribute names,
-raises ValueError with the policy's message when the config is rejected (as SGLang does), and
-otherwise writes the resolved dtype and backends back and logs SGLang's lines.
+`apply(server_args, policy=None)` evaluates the policy on SGLang's ServerArgs, raises what SGLang
+raises with the policy's message when the config is rejected, and otherwise logs SGLang's lines
+and hands the resolved dtype and backends to SGLang: declared on a 0.5.2x record (read-only once
+resolved, see sglang_resolution.py), written back on a plain object (older generations).
+`resolution_step(policy)` is the same policy as a step of 0.5.2x's resolution pipeline.
 """
 from __future__ import annotations
 
@@ -244,21 +246,48 @@ def _near_routing_flag(flag: str, flags: dict) -> str:
 
 
 # -- in place of SGLang's if/else --------------------------------------------------------------
-def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
-    """Route `server_args` (an object with SGLang's attribute names) by the policy.
+# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
+# ValueError
+ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
 
-    Reads the policy's inputs from attributes of the same names (phase inputs also under their
-    flag aliases, e.g. nsa_decode_backend / dsa_decode_backend); inputs SGLang takes from the
-    environment come from the keyword arguments, else from the model path (dsa_model), from torch
-    if SGLang already imported it (platform, sm_major), else from the policy's defaults. A rejected
-    config raises ValueError with the policy's message before anything is written; an accepted
-    one writes the resolved kv_cache_dtype and backends back, logs SGLang's lines, and returns the
-    Decision."""
+
+def raise_refusal(decision):
+    """Raise what SGLang raises for the decision's first violation."""
+    first = decision.violations[0]
+    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
+
+
+def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
+    """Route `server_args` by the policy.
+
+    On SGLang 0.5.2x's own ServerArgs (a msgspec Struct, see engine/sglang_resolution.py): values
+    are read as SGLang reads them (`resolution_result`), nothing is ever assigned; before
+    resolution the decided kv_cache_dtype and backends are declared on the record
+    (`declare_resolution`), after it the record is only judged.
+
+    On any other object with SGLang's attribute names (older SGLang generations, whose ServerArgs
+    is a plain dataclass): reads the policy's inputs from attributes of the same names (phase
+    inputs also under their flag aliases, e.g. nsa_decode_backend / dsa_decode_backend) and, when
+    accepted, writes the resolved kv_cache_dtype and backends back.
+
+    Inputs SGLang takes from the environment come from the keyword arguments, else as SGLang finds
+    them (its ModelConfig, platform and torch.cuda for a 0.5.2x record; the model path and torch if
+    already imported otherwise), else from the policy's defaults. A refused config raises what
+    SGLang raises for that rule (AssertionError for its asserts, ValueError otherwise) before
+    anything is written or declared; an accepted one logs SGLang's lines (except on a resolved
+    record, which SGLang has already routed and logged). Returns the Decision."""
+    from . import sglang_resolution
     from .loader import load_policy
     from .paths import default_policy_ref
 
     policy = load_policy(policy or default_policy_ref())
     logger = logger or logging.getLogger("sglang.srt.server_args")
+    env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
+    if sglang_resolution.is_view(server_args):
+        decision, _ = sglang_resolution.decide(server_args, policy, env)
+        return decision
+    if sglang_resolution.is_record(server_args):
+        return sglang_resolution.apply_to_record(server_args, policy, env, logger)
     config: dict = {}
     for name, spec in policy.inputs.items():
         present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
@@ -266,7 +295,6 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
         value = next((v for v in values if v is not None), None)
         if value is not None or (present and spec.nullable):
             config[name] = value
-    env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
     detected = _detect(server_args, policy)
     env["model_family"] = detected.get("model_family")
     for option in JSON_OPTIONS:
@@ -283,7 +311,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
                 config[name] = value
     decision = policy.evaluate(config)
     if not decision.ok:
-        raise ValueError(decision.error)
+        raise_refusal(decision)
     for name, value in decision.config.items():
         for attr in _attr_names(policy, name):
             if hasattr(server_args, attr):
@@ -291,6 +319,14 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     for line in decision.log:
         logger.warning(line)
     return decision
+
+
+def resolution_step(policy=None, **env):
+    """A resolution step for SGLang 0.5.2x to run in place of its DSA passes: see
+    engine/sglang_resolution.py."""
+    from .sglang_resolution import resolution_step as step
+
+    return step(policy, **env)
 
 
 def _attr_names(policy, name: str) -> list[str]:
