@@ -138,6 +138,7 @@ def _run_forked(driver, cases, workers, bar):
                 conn, proc = state["conn"], state["proc"]
                 if conn not in ready and proc.sentinel not in ready:
                     continue
+                gone = False
                 try:
                     while conn.poll():
                         index, ok, value = conn.recv()
@@ -146,8 +147,8 @@ def _run_forked(driver, cases, workers, bar):
                         results[index] = value
                         done += 1
                         state["pending"].remove(index)
-                except (EOFError, ConnectionResetError):
-                    pass
+                except (EOFError, OSError):  # the worker's end closed: it died
+                    gone = True
                 if bar:
                     bar.update(done)
                 if not state["pending"]:
@@ -155,8 +156,8 @@ def _run_forked(driver, cases, workers, bar):
                         live.remove(state)
                         _stop(state)
                     continue
-                if proc.sentinel in ready or not proc.is_alive():
-                    proc.join(1)
+                if gone or proc.sentinel in ready or not proc.is_alive():
+                    proc.join(5)
                     first = state["pending"][0]
                     raise WorkerCrashed(first, cases[first], proc.exitcode)
                 if len(state["pending"]) <= size:
