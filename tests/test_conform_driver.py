@@ -211,6 +211,10 @@ def test_model_extra_reaches_the_config(driver):
     indexer = (("index_head_dim", 128), ("index_n_heads", 64), ("index_topk", 2048))
     r = driver.run_case(case(argv, arch=V3, extra=indexer))
     assert r.ok and r.backends == ("flashmla_kv", "flashmla_kv")
+    # a nested field: GLM-5.3-Flash's text config, with transformers' index_kpool 16 back
+    r = driver.run_case(case([], arch=GLM5_NEXT, extra=(("text_config", {"index_kpool": 16}),)))
+    assert (r.ok, r.error_type, r.where.split(":")[0]) == (False, "AssertionError",
+                                                          "srt/arg_groups/mamba_hook.py")
     with pytest.raises(ValueError, match="no model config for architecture 'Nope'; known: "):
         driver.run_case(case([], arch="Nope"))
     with pytest.raises(ValueError, match="unknown platform 'npu'"):

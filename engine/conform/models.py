@@ -58,7 +58,9 @@ class ModelFolders:
             atexit.register(self.cleanup)
 
     def path(self, architecture: str, extra=()) -> str:
-        key = (architecture, tuple(extra))
+        """The folder for the architecture with the extra config.json fields ((key, value) pairs;
+        a value may be a dict, e.g. text_config)."""
+        key = json.dumps([architecture, [list(kv) for kv in extra]], sort_keys=True, default=repr)
         found = self._paths.get(key)
         if found is None:
             found = self._paths[key] = self._write(architecture, extra)
