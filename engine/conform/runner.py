@@ -107,7 +107,7 @@ def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "c
 
 def _run_forked(driver, cases, workers, bar):
     ctx = multiprocessing.get_context("fork")
-    # the parent's objects (SGLang, torch, transformers: ~1 GB) go to the permanent generation, so
+    # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
     # a worker's garbage collector never walks them, which would copy every page they live on
     gc.freeze()
     size = _chunk_size(len(cases), workers)
