@@ -1,5 +1,7 @@
 """`python -m bench [--quick] [--only NAME ...]`: run the benchmarks, write bench/results/<name>.json
-(every figure, the machine, versions, date), PNG plots, and bench/results/summary.md."""
+(every figure, the machine, versions, date), PNG plots, and bench/results/summary.md. --quick
+writes the same files to bench/results-quick/ (git-ignored): the committed results, which the
+README's figures are generated from, change only with a full run."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +10,9 @@ import os
 import sys
 import time
 
-from bench.common import RESULTS
+from bench.common import output_dir, use_output
 
-SUITES = ("engine", "kernels", "hotbuffer", "memory", "gpu")
+SUITES = ("engine", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
 
 
 def _run_suite(name: str, quick: bool) -> str:
@@ -22,6 +24,8 @@ def _run_suite(name: str, quick: bool) -> str:
         from bench import hotbuf_bench as m
     elif name == "memory":
         from bench import memory_bench as m
+    elif name == "accuracy":
+        from bench import accuracy_bench as m
     else:
         return _gpu(quick)
     return m.run(quick)
@@ -46,7 +50,7 @@ def _gpu(quick: bool) -> str:
 def summary() -> str:
     lines = ["# Benchmark summary", ""]
     for name in SUITES:
-        path = os.path.join(RESULTS, f"{name}.json")
+        path = os.path.join(output_dir(), f"{name}.json")
         if not os.path.exists(path):
             continue
         with open(path) as fh:
@@ -72,12 +76,13 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under a minute)")
     parser.add_argument("--only", nargs="+", choices=SUITES, help="run only these suites")
     ns = parser.parse_args(argv)
+    use_output(ns.quick)
     for name in ns.only or SUITES:
         t0 = time.perf_counter()
         path = _run_suite(name, ns.quick)
         print(f"{name}: {path} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     text = summary()
-    with open(os.path.join(RESULTS, "summary.md"), "w") as fh:
+    with open(os.path.join(output_dir(), "summary.md"), "w") as fh:
         fh.write(text + "\n")
     print(text)
     return 0

@@ -14,7 +14,21 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "bench", "results")
+RESULTS = os.path.join(ROOT, "bench", "results")  # committed; the README's figures come from here
+# --quick runs write here instead (git-ignored), so a quick run never replaces committed figures
+QUICK_RESULTS = os.path.join(ROOT, "bench", "results-quick")
+_output = RESULTS
+
+
+def use_output(quick: bool) -> str:
+    """Send this run's results, plots and summary to bench/results-quick/ for --quick."""
+    global _output
+    _output = QUICK_RESULTS if quick else RESULTS
+    return _output
+
+
+def output_dir() -> str:
+    return _output
 
 
 def interleaved(fns: dict, repeats: int, number: int = 1) -> dict:
@@ -67,10 +81,11 @@ def goal(value: float, target: float, kind: str, unit: str = "") -> dict:
 
 
 def write_result(name: str, figures: dict, goals: dict, quick: bool, notes: list | None = None) -> str:
-    os.makedirs(RESULTS, exist_ok=True)
+    folder = QUICK_RESULTS if quick else output_dir()
+    os.makedirs(folder, exist_ok=True)
     out = {"name": name, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "quick": quick, "machine": machine(), "figures": figures, "goals": goals, "notes": notes or []}
-    path = os.path.join(RESULTS, f"{name}.json")
+    path = os.path.join(folder, f"{name}.json")
     with open(path, "w") as fh:
         json.dump(out, fh, indent=2)
         fh.write("\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bench.common import RESULTS
+from bench.common import output_dir
 
 
 def line_plot(name: str, title: str, xlabel: str, ylabel: str, xs, series: dict, logx: bool = False) -> str | None:
@@ -26,8 +26,8 @@ def line_plot(name: str, title: str, xlabel: str, ylabel: str, xs, series: dict,
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"{name}.png")
+    os.makedirs(output_dir(), exist_ok=True)
+    path = os.path.join(output_dir(), f"{name}.png")
     fig.savefig(path)
     plt.close(fig)
     return path

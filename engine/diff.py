@@ -98,14 +98,18 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
 MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
 
 
+PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
+
+
 def check_size(size: int, what: str) -> None:
     if size > MAX_CONFIGS:
         raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
                                    "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
 
 
-def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
-    """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples."""
+def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=None) -> dict:
+    """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples.
+    `progress(done, total)`, when given, is called every PROGRESS_EVERY configs and at the end."""
     axes = union_axes(a, b)
     fixed = restrict(a, b, axes, where)
     size = 1
@@ -124,6 +128,8 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
     b_checks = [(i, v) for (i, v) in bad_b]
     for combo in itertools.product(*(ax.values for ax in axes)):
         total += 1
+        if progress is not None and not total % PROGRESS_EVERY:
+            progress(total, size)
         ea = next((bad_a[k] for k in a_checks if _eq(combo[k[0]], k[1])), None) if a_checks else None
         eb = next((bad_b[k] for k in b_checks if _eq(combo[k[0]], k[1])), None) if b_checks else None
         da = a_eval({name: combo[i] for i, name in a_axes}) if ea is None else None
@@ -142,6 +148,8 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
         entry["points"].append(combo)
         if len(entry["examples"]) < max_examples:
             entry["examples"].append((combo, oa, ob))
+    if progress is not None:
+        progress(size, size)
     names = [ax.name for ax in axes]
     domains = [ax.values for ax in axes]
     groups = []

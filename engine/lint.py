@@ -3,7 +3,8 @@ loads cleanly; exact, by enumerating every config of the domain through the inte
 
 L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
 L402 dead-rule          a rule whose condition holds for no config
-L403 self-contradiction a default backend that the policy's own checks reject (with a counterexample)
+L403 self-contradiction a default backend that the policy's own checks reject, at defaults or after
+                        (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
 """
@@ -108,13 +109,22 @@ def _domain_lint(policy) -> list[Problem]:
     contradiction: dict[str, tuple] = {}
     probe = policy.probe()
     defaults = {r.name for r in policy.stages["defaults"].rules}
+    reads = _phases_read(policy)
     for config in policy.domain():
         d = probe(config, held, chosen)
         if d._raw:
-            for v in d.violations:
-                src = d.sources.get(v.phase) if v.phase else None
+            sources = d.sources
+            for k, (i, phase, _) in enumerate(d._raw):
+                if phase is not None:
+                    src = sources[phase]
+                elif i in reads:  # a whole-config check (at: defaults or not): blame the default
+                    # that filled every phase it reads, when one did
+                    filled = {sources[ph] for ph in reads[i]}
+                    src = filled.pop() if len(filled) == 1 else None
+                else:
+                    continue
                 if src in defaults and src not in contradiction:
-                    contradiction[src] = (config, v)
+                    contradiction[src] = (config, d.violations[k])
     out = []
     shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
     winners = _winners(policy, shadowed) if shadowed else {}
@@ -132,6 +142,21 @@ def _domain_lint(policy) -> list[Problem]:
         shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
         out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{v.check}' "
                             f"rejects, e.g. for {shown}: {v.message}", rule.path))
+    return out
+
+
+def _phases_read(policy) -> dict:
+    """Rule index -> the phases whose backend a check without for_each reads (in `when` or
+    `require`), for the checks that read any."""
+    by_input = {spec.input: ph for ph, spec in policy.phases.items()}
+    out = {}
+    for i, rule in enumerate(policy.rule_list):
+        if rule.stage != "checks" or rule.for_each_phase:
+            continue
+        names = rule.when.inputs() | (rule.require.inputs() if rule.require is not None else set())
+        phases = {by_input[n] for n in names if n in by_input}
+        if phases:
+            out[i] = phases
     return out
 
 

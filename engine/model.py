@@ -26,6 +26,7 @@ class InputSpec:
     phase: str | None = None  # the phase this input holds the backend of
     path: tuple = ()
     deprecated: dict = field(default_factory=dict)  # deprecated flag -> log line when used
+    removed: dict = field(default_factory=dict)  # removed flag -> note naming its replacement
 
     def domain(self) -> list:
         """The values used when the whole domain is enumerated."""
@@ -67,6 +68,7 @@ class PhaseSpec:
     flags: tuple = ()
     description: str = ""
     path: tuple = ()
+    backends: tuple = ()  # the backends this phase accepts
 
 
 @dataclass
@@ -105,7 +107,8 @@ class Rule:
     """A rule of any stage. Which fields are used depends on the stage:
     resolve: set (input -> value), log, require + message;
     defaults: set (phase -> backend), log;
-    checks: for_each_phase, require or allowed, message."""
+    checks: for_each_phase, require or allowed, message, at (defaults: inside the defaults
+    stage, stopping evaluation; checks: after it)."""
 
     stage: str
     index: int
@@ -117,6 +120,7 @@ class Rule:
     allowed: Table | None = None
     message: Template | None = None
     for_each_phase: bool = False
+    at: str = "checks"
     description: str = ""
     path: tuple = ()
     line: int = 0
@@ -128,6 +132,42 @@ class Rule:
         if self.stage == "resolve" and self.require is not None:
             return "require"
         return "rule"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What a policy version models (see the schema's `upstream`)."""
+
+    project: str
+    version: str | None = None
+    commit: str | None = None
+    pr: int | None = None
+    note: str = ""
+    leaves_out: tuple = ()  # ((where, why), ...)
+
+    def label(self) -> str:
+        """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
+        parts = [self.project]
+        if self.version:
+            parts.append(self.version)
+        if self.pr:
+            parts.append(f"PR #{self.pr}")
+        if self.commit:
+            parts.append(f"({self.commit[:12]})" if len(parts) > 1 else self.commit[:12])
+        return " ".join(parts)
+
+    def left_out(self, where: str | None) -> str | None:
+        """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
+        if not where:
+            return None
+        path, _, rest = where.partition(":")
+        func = rest.split(" ", 1)[1] if " " in rest else ""
+        for place, why in self.leaves_out:
+            p_path, _, p_func = place.partition(":")
+            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
+            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
+                return why
+        return None
 
 
 @dataclass

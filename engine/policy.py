@@ -24,6 +24,7 @@ class Policy:
         self.version = parts.version
         self.description = parts.description
         self.source = parts.source
+        self.upstream = parts.upstream
         self.inputs = parts.inputs
         self.backends = parts.backends
         self.phases = parts.phases
@@ -42,6 +43,8 @@ class Policy:
         self.key_map: dict[str, str] = {}
         # deprecated spelling -> (input index, the log line its use emits)
         self.deprecated_keys: dict[str, tuple[int, str]] = {}
+        # removed spelling -> (its flag, the note naming the replacement): refused, as upstream's parser does
+        self.removed_keys: dict[str, tuple[str, str]] = {}
         for index, (name, spec) in enumerate(self.inputs.items()):
             self.key_map[name] = name
             self.key_map[name.replace("_", "-")] = name
@@ -52,6 +55,9 @@ class Policy:
                 for key in (flag[2:], flag[2:].replace("-", "_")):
                     self.key_map[key] = name
                     self.deprecated_keys[key] = (index, text)
+            for flag, note in spec.removed.items():
+                for key in (flag[2:], flag[2:].replace("-", "_")):
+                    self.removed_keys[key] = (flag, note)
         self.phase_key_aliases = {
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
@@ -175,6 +181,11 @@ class Policy:
 
         for key, value in config.items():
             name = self.canonical_key(key)
+            if name is None and isinstance(key, str) and key.replace("-", "_") in self.removed_keys:
+                flag, note = self.removed_keys[key.replace("-", "_")]
+                problems.append(at(Problem("C501", f"{shown(key)}: {flag} was removed ({self.removed_text()})",
+                                           file, hint=note), key))
+                continue
             if name is None:
                 near = near_miss(key, names) if isinstance(key, str) else None
                 if lenient and near is None:
@@ -217,6 +228,10 @@ class Policy:
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
+
+    def removed_text(self) -> str:
+        where = self.upstream.label() if self.upstream else f"{self.ref}"
+        return f"{where} no longer accepts it"
 
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:

@@ -22,8 +22,6 @@ import logging
 import sys
 
 _OVERRIDES = "sglang.srt.arg_groups.overrides"
-# the architecture whose SM12 FP8 arm SGLang 0.5.23 runs (GLM-5); other DSA models route as V3.2
-_MODEL_FAMILY_BY_ARCH = {"GlmMoeDsaForCausalLM": "glm5"}
 
 
 def overrides_module():
@@ -66,10 +64,11 @@ def _reader(obj):
     return read
 
 
-def _detect(obj, policy, model_path) -> dict:
+def _detect(obj, policy) -> dict:
     """The environment inputs (dsa_model, model_family, platform, sm_major) as SGLang's DSA steps
-    find them; an input that cannot be read is left out (the policy's default applies)."""
-    from .sglang import model_inputs
+    find them; one that cannot be read is left out (then the model path decides dsa_model and
+    model_family, as for any source, and the policy's default the rest)."""
+    from .models import DSA_ARCHITECTURES
 
     mod = overrides_module()
     out: dict = {}
@@ -78,11 +77,11 @@ def _detect(obj, policy, model_path) -> dict:
         from sglang.srt.configs.model_config import is_deepseek_dsa
 
         arch = hf_config.architectures[0]
-        out["dsa_model"] = arch in mod._DEEPSEEK_FAMILY_ARCHS and is_deepseek_dsa(hf_config)
-        out["model_family"] = _MODEL_FAMILY_BY_ARCH.get(arch, "deepseek_v32")
-    except Exception:  # no readable model config: judge by the model path, as for plain objects
-        if isinstance(model_path, str):
-            out.update(model_inputs(policy, model_path)[0])
+        out["dsa_model"] = bool(arch in mod._DEEPSEEK_FAMILY_ARCHS and is_deepseek_dsa(hf_config))
+        if out["dsa_model"] and DSA_ARCHITECTURES.get(arch):
+            out["model_family"] = DSA_ARCHITECTURES[arch]
+    except Exception:  # no readable model config
+        out.clear()
     try:
         from sglang.srt.runtime_context import get_platform
 
@@ -97,48 +96,49 @@ def _detect(obj, policy, model_path) -> dict:
             pass
     spec = policy.inputs.get("model_family")
     if spec is not None and "model_family" in out and not spec.accepts(out["model_family"]):
-        del out["model_family"]
-    return out
+        del out["model_family"]  # a family this policy does not name: its default applies
+    return {k: v for k, v in out.items() if k in policy.inputs}
 
 
 def decide(obj, policy, env: dict):
     """(Decision, {field: value} the decision changes) for a record or view; raises like SGLang
-    when the policy refuses the config."""
-    from .sglang import JSON_OPTIONS, _attr_names, expand_json_options, raise_refusal
+    when the policy refuses the config. The record's fields are one source, read through
+    engine/given.py as every other source is; what SGLang finds on the machine and in the model
+    comes first, the keyword arguments last."""
+    from .given import MODEL_KEYS, OPTIONS, combine, read_layer
+    from .sglang import _attr_names, raise_refusal
 
     read = _reader(obj)
-    config: dict = {}
+    attrs: dict = {}
     fields_of: dict = {}  # input -> the record fields that carry it
     for name, spec in policy.inputs.items():
+        values, present = {}, False
         for attr in _attr_names(policy, name):
             try:
                 value = read(attr)
             except KeyError:
                 continue
+            present = True
             fields_of.setdefault(name, []).append(attr)
-            if name not in config and (value is not None or spec.nullable):
-                config[name] = value
-    for option in JSON_OPTIONS:
+            if value is not None:
+                values[attr] = value
+        if values:
+            attrs.update(values)
+        elif present and spec.nullable:
+            attrs[name] = None
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
         try:
-            raw = read(option.replace("-", "_"))
+            value = read(key.replace("-", "_"))
         except KeyError:
             continue
-        if raw:
-            expanded, problems = expand_json_options(policy, {option: raw})
-            if problems:
-                raise ValueError(str(problems[0].message))
-            config.update({k: v for k, v in expanded.items() if k in policy.inputs})
-    try:
-        model_path = read("model_path")
-    except KeyError:
-        model_path = None
-    detected = _detect(obj, policy, model_path)
-    for name in ("dsa_model", "model_family", "platform", "sm_major"):
-        if name in policy.inputs and name not in config:
-            value = env.get(name) if env.get(name) is not None else detected.get(name)
-            if value is not None:
-                config[name] = value
-    decision = policy.evaluate(config)
+        if value is not None and value != "":
+            attrs[key] = value
+    layer = read_layer(policy, attrs, "server_args")
+    layer.inputs = {name: (name, value) for name, (_, value) in layer.inputs.items()}
+    given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
+    layers = [read_layer(policy, _detect(obj, policy), "sglang"), layer,
+              read_layer(policy, given, "apply()")]
+    decision = policy.evaluate(combine(policy, layers).config)
     if not decision.ok:
         raise_refusal(decision)
     changes = {}
@@ -172,9 +172,9 @@ def resolution_step(policy=None, *, dsa_model=None, platform=None, sm_major=None
     it decides, for `run_post_process_pass` to declare. Keyword arguments fix inputs that are
     otherwise read from the machine and the model."""
     from .loader import load_policy
-    from .paths import default_policy_ref
+    from .paths import policy_ref
 
-    loaded = load_policy(policy or default_policy_ref())
+    loaded = load_policy(policy_ref(policy))
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
     log = logger or logging.getLogger("sglang.srt.arg_groups.overrides")
 

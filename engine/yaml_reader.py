@@ -32,6 +32,7 @@ from yaml import events as ev
 
 from .errors import HisparseError, Problem, clip, shown
 from .model import INT_MAX, INT_MIN
+from .text import parse_int
 
 try:  # libyaml's parser is several times faster; both produce the same events and marks
     from yaml import CSafeLoader as _Loader
@@ -620,6 +621,7 @@ def load_document(path: str, display: str | None = None, max_bytes: int | None =
 def max_file_bytes() -> int:
     """HISPARSE_MAX_FILE_BYTES when it is a positive decimal number, else 1 MiB."""
     raw = (os.environ.get("HISPARSE_MAX_FILE_BYTES") or "").strip()
-    if raw.isascii() and raw.isdigit() and int(raw) > 0:
-        return int(raw)
+    value = parse_int(raw) if raw.isdigit() else None
+    if value is not None and value > 0:
+        return value
     return DEFAULT_MAX_BYTES

@@ -326,8 +326,8 @@ def test_progress_on_a_pipe_is_whole_lines():
     assert "\r" not in text and text.endswith("\n")
     lines = text.splitlines()
     assert 2 <= len(lines) <= 11  # one per 10% at most, and the last
-    assert all(re.fullmatch(r"conform: \d+/97 configs \(\d+%\), \d+s.*", line) for line in lines)
-    assert lines[-1].startswith("conform: 97/97 configs (100%)")
+    assert all(re.fullmatch(r"conform: \d+/97 launches \(\d+%\), \d+s.*", line) for line in lines)
+    assert lines[-1].startswith("conform: 97/97 launches (100%)")
 
 
 def test_progress_on_a_terminal_is_redrawn():
@@ -343,7 +343,7 @@ def test_progress_on_a_terminal_is_redrawn():
     bar.close()
     text = out.getvalue()
     assert text.count("\r") == 4 and text.endswith("\n") and text.count("\n") == 1
-    assert "eta" in text.split("\r")[1] and "3/3 configs (100%)" in text.split("\r")[-1]
+    assert "eta" in text.split("\r")[1] and "3/3 launches (100%)" in text.split("\r")[-1]
 
 
 def test_a_worker_crash_names_the_case():

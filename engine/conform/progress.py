@@ -38,7 +38,7 @@ class Progress:
     def line(self) -> str:
         elapsed = self.clock() - self.start
         pct = 100 * self.done // self.total if self.total else 100
-        text = f"{self.label}: {self.done}/{self.total} configs ({pct}%), {_duration(elapsed)}"
+        text = f"{self.label}: {self.done}/{self.total} launches ({pct}%), {_duration(elapsed)}"
         if self.done and elapsed > 0:
             rate = self.done / elapsed
             text += f", {rate:.0f}/s" if rate >= 10 else f", {rate:.1f}/s"
