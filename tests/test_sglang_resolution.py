@@ -159,16 +159,23 @@ def test_apply_on_a_resolved_record_only_judges(sglang):
 
 
 @pytest.fixture
-def policy_in_sglang():
-    """SGLang's DSA passes replaced by the policy's step, as the docs show; put back after."""
+def dsa_passes():
+    """set(step): SGLang's two DSA passes replaced by one step, as the docs show (set(None): its
+    own again); put back after the test."""
     import sglang.srt.arg_groups.model_hook as model_hook
 
     saved = model_hook._dsa_kv_cache_dtype_default, model_hook._dsa_split_backend_resolution
-    step = resolution_step(V3)
-    model_hook._dsa_kv_cache_dtype_default = step
-    model_hook._dsa_split_backend_resolution = lambda view: {}
-    yield step
-    model_hook._dsa_kv_cache_dtype_default, model_hook._dsa_split_backend_resolution = saved
+
+    def use(step):
+        model_hook._dsa_kv_cache_dtype_default, model_hook._dsa_split_backend_resolution = (
+            saved if step is None else (step, lambda view: {}))
+    yield use
+    use(None)
+
+
+@pytest.fixture
+def policy_in_sglang(dsa_passes):
+    dsa_passes(resolution_step(V3))
 
 
 def test_resolution_step_routes_inside_sglangs_pipeline(sglang, policy_in_sglang):
@@ -221,3 +228,30 @@ def test_the_docs_examples_run_as_shown():
                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split(marker + "\n") == [expected for _, expected in examples]
+
+
+def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_passes):
+    """nsa-backends@4 (the policy of SGLang 0.5.23) in place of SGLang's own DSA passes: every
+    config is accepted or refused as SGLang refuses it, with its message, and an accepted one gets
+    SGLang's dtype and backends (a refusal declares less: the policy decides in one step)."""
+    import itertools
+
+    from engine.conform import sglang_0523
+    from engine.conform.protocol import Case
+
+    cases = []
+    for arch, platform, cap, kv, hisparse, prefill in itertools.product(
+            ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration"),
+            ("cuda", "hip"), ((9, 0), (12, 0)), ("auto", "fp8_e4m3", "bfloat16"), (False, True),
+            (None, "flashmla_kv", "tilelang", "triton")):
+        argv = ["--kv-cache-dtype", kv] + (H if hisparse else []) + (
+            ["--dsa-prefill-backend", prefill] if prefill else [])
+        cases.append(Case(tuple(argv), arch, platform, cap))
+    native = [sglang_0523.run_case(c) for c in cases]
+    dsa_passes(resolution_step("nsa-backends@4"))
+    routed = [sglang_0523.run_case(c) for c in cases]
+    assert sum(r.ok for r in native) and sum(not r.ok for r in native)
+    for case, a, b in zip(cases, native, routed):
+        assert (b.ok, b.error_type, b.message) == (a.ok, a.error_type, a.message), case
+        if a.ok:
+            assert (b.kv_cache_dtype, b.backends) == (a.kv_cache_dtype, a.backends), case
