@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 # torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 # SGLang for `engine.conform`: the release the conform driver runs, installed with --no-deps next to
-# the pinned light dependencies of its start-up code (the `conform` extra, installed --no-deps too).
+# the pinned light dependencies of its start-up code (the `conform` extra, installed --no-deps too);
+# skipped on Python 3.10, which it does not support (the conform tests skip there).
 SGLANG ?= sglang==0.5.23
 CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
@@ -20,7 +21,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG)
+	@if $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
+		echo "$(BIN)/python -m pip install -q --no-deps <the conform extra> $(SGLANG)"; \
+		$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG); \
+	else echo "engine.conform: $(SGLANG) needs Python 3.11 or newer; not installed"; fi
 	touch $(STAMP)
 
 run: $(STAMP)

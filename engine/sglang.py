@@ -11,9 +11,11 @@ uses DeepSeek Sparse Attention is read from the model path (engine/models.py); `
 `--no-dsa-model` given to hisparse override. The values are read by engine/given.py, the one path
 every source goes through.
 
-`apply(server_args, policy=None)` evaluates the policy on any object with SGLang's attribute names,
-raises ValueError with the policy's message when the config is rejected (as SGLang does), and
-otherwise writes the resolved dtype and backends back and logs SGLang's lines.
+`apply(server_args, policy=None)` evaluates the policy on SGLang's ServerArgs, raises what SGLang
+raises with the policy's message when the config is rejected, and otherwise logs SGLang's lines
+and hands the resolved dtype and backends to SGLang: declared on a 0.5.2x record (read-only once
+resolved, see sglang_resolution.py), written back on a plain object (older generations).
+`resolution_step(policy)` is the same policy as a step of 0.5.2x's resolution pipeline.
 """
 from __future__ import annotations
 
@@ -213,21 +215,48 @@ def _near_routing_flag(flag: str, known: list, policy) -> str:
 
 
 # -- in place of SGLang's if/else --------------------------------------------------------------
-def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
-    """Route `server_args` (an object with SGLang's attribute names) by the policy.
+# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
+# ValueError
+ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
 
-    Reads the policy's inputs from attributes of the same names (phase inputs also under their
-    flag aliases, e.g. nsa_decode_backend / dsa_decode_backend); inputs SGLang takes from the
-    environment come from the keyword arguments, else from the model path (dsa_model), from torch
-    if SGLang already imported it (platform, sm_major), else from the policy's defaults. A rejected
-    config raises ValueError with the policy's message before anything is written; an accepted
-    one writes the resolved kv_cache_dtype and backends back, logs SGLang's lines, and returns the
-    Decision."""
+
+def raise_refusal(decision):
+    """Raise what SGLang raises for the decision's first violation."""
+    first = decision.violations[0]
+    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
+
+
+def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
+    """Route `server_args` by the policy.
+
+    On SGLang 0.5.2x's own ServerArgs (a msgspec Struct, see engine/sglang_resolution.py): values
+    are read as SGLang reads them (`resolution_result`), nothing is ever assigned; before
+    resolution the decided kv_cache_dtype and backends are declared on the record
+    (`declare_resolution`), after it the record is only judged.
+
+    On any other object with SGLang's attribute names (older SGLang generations, whose ServerArgs
+    is a plain dataclass): reads the policy's inputs from attributes of the same names (phase
+    inputs also under their flag aliases, e.g. nsa_decode_backend / dsa_decode_backend) and, when
+    accepted, writes the resolved kv_cache_dtype and backends back.
+
+    Inputs SGLang takes from the environment come from the keyword arguments, else as SGLang finds
+    them (its ModelConfig, platform and torch.cuda for a 0.5.2x record; the model path and torch if
+    already imported otherwise), else from the policy's defaults. A refused config raises what
+    SGLang raises for that rule (AssertionError for its asserts, ValueError otherwise) before
+    anything is written or declared; an accepted one logs SGLang's lines (except on a resolved
+    record, which SGLang has already routed and logged). Returns the Decision."""
+    from . import sglang_resolution
     from .loader import load_policy
     from .paths import policy_ref
 
     policy = load_policy(policy_ref(policy))
     logger = logger or logging.getLogger("sglang.srt.server_args")
+    env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
+    if sglang_resolution.is_view(server_args):
+        decision, _ = sglang_resolution.decide(server_args, policy, env)
+        return decision
+    if sglang_resolution.is_record(server_args):
+        return sglang_resolution.apply_to_record(server_args, policy, env, logger)
     # the object's attributes are one source, read as every other source is (two attributes of
     # one input with different values are an error, not a silent pick)
     attrs: dict = {}
@@ -244,12 +273,11 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
             attrs[key] = value
     layer = read_layer(policy, attrs, "server_args")
     layer.inputs = {name: (name, value) for name, (_, value) in layer.inputs.items()}  # no flags typed
-    env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
     given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
     layers = [read_layer(policy, _detected(policy), "torch"), layer, read_layer(policy, given, "apply()")]
     decision = policy.evaluate(combine(policy, layers).config)
     if not decision.ok:
-        raise ValueError(decision.error)
+        raise_refusal(decision)
     for name, value in decision.config.items():
         for attr in _attr_names(policy, name):
             if hasattr(server_args, attr):
@@ -257,6 +285,14 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     for line in decision.log:
         logger.warning(line)
     return decision
+
+
+def resolution_step(policy=None, **env):
+    """A resolution step for SGLang 0.5.2x to run in place of its DSA passes: see
+    engine/sglang_resolution.py."""
+    from .sglang_resolution import resolution_step as step
+
+    return step(policy, **env)
 
 
 def _attr_names(policy, name: str) -> list[str]:

@@ -2,7 +2,8 @@
 SGLang's source (the expected texts are SGLang's own), the runner (order, workers, progress,
 crashes, Ctrl-C) on stand-in drivers, and how the installed SGLang is found.
 
-The driver tests need SGLang 0.5.23 (`make install` installs it) and skip cleanly without it."""
+The driver tests (those using the `driver` fixture) need SGLang 0.5.23 (`make install` installs
+it) and skip cleanly without it."""
 from __future__ import annotations
 
 import contextlib
@@ -27,9 +28,6 @@ from engine.conform.progress import Progress
 from engine.conform.protocol import Case, Result
 from helpers import ROOT
 
-_VERSION, _REASON = drivers.installed_sglang()
-needs_sglang = pytest.mark.skipif(_VERSION != "0.5.23", reason=f"needs SGLang 0.5.23: {_REASON}")
-
 H = ("--enable-hisparse", "--disable-radix-cache")
 V32, GLM5, GLM5_NEXT, V3 = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
                             "Glm5NextForConditionalGeneration", "DeepseekV3ForCausalLM")
@@ -44,6 +42,11 @@ def case(argv, arch=V32, platform="cuda", cap=(9, 0), extra=()):
 
 @pytest.fixture(scope="module")
 def driver():
+    """The 0.5.23 driver, loaded; the test is skipped when SGLang 0.5.23 cannot be imported
+    (asked here, not at collection: importing SGLang costs seconds)."""
+    version, reason = drivers.installed_sglang()
+    if version != "0.5.23":
+        pytest.skip(f"needs SGLang 0.5.23: {reason}")
     from engine.conform import sglang_0523
 
     sglang_0523.load()
@@ -60,7 +63,6 @@ def source_line(where: str) -> str:
 
 
 # -- the driver on hand-picked cases ------------------------------------------------------------
-@needs_sglang
 def test_fp8_hisparse_on_hopper_gets_flashmla_kv(driver):
     r = driver.run_case(case(H + ("--kv-cache-dtype", "fp8_e4m3")))
     assert (r.ok, r.stage, r.message, r.error_type) == (True, "done", None, None)
@@ -69,7 +71,6 @@ def test_fp8_hisparse_on_hopper_gets_flashmla_kv(driver):
                      "decode=flashmla_kv.",)
 
 
-@needs_sglang
 def test_triton_on_cuda_is_refused_before_the_backends_line(driver):
     r = driver.run_case(case(["--kv-cache-dtype", "bfloat16", "--dsa-prefill-backend", "triton"]))
     assert (r.ok, r.stage, r.error_type, r.message) == (False, "resolve", "ValueError", TRITON_ON_CUDA)
@@ -81,7 +82,6 @@ def test_triton_on_cuda_is_refused_before_the_backends_line(driver):
     assert r.kv_cache_dtype == "bfloat16" and r.backends == ("triton", None)
 
 
-@needs_sglang
 def test_lines_logged_before_a_raise_are_kept(driver):
     r = driver.run_case(case(["--dsa-prefill-backend", "triton"]))  # kv auto, SM90
     assert not r.ok and r.message == TRITON_ON_CUDA
@@ -104,7 +104,6 @@ def argparse_error(argv) -> str:
     return last[len("sglang serve: error: "):]
 
 
-@needs_sglang
 @pytest.mark.parametrize("argv", [
     ["--nsa-prefill-backend", "flashmla_kv"],  # removed in 0.5.23: no alias, no notice
     ["--kv-cache-dtype", "fp4_e2m1"],
@@ -119,7 +118,6 @@ def test_parser_errors_are_argparse_text(driver, argv):
         assert r.message == "unrecognized arguments: --nsa-prefill-backend flashmla_kv"
 
 
-@needs_sglang
 def test_glm5_sm120_fp8_gets_flashinfer_and_the_literal_glm_line(driver):
     r = driver.run_case(case(["--kv-cache-dtype", "fp8_e4m3"], arch=GLM5, cap=(12, 0)))
     assert r.ok and r.backends == ("flashinfer_sparse_mla", "flashinfer_sparse_mla")
@@ -132,21 +130,18 @@ def test_glm5_sm120_fp8_gets_flashinfer_and_the_literal_glm_line(driver):
     assert "decode=flashinfer_sparse_mla." in r.log[0]
 
 
-@needs_sglang
 def test_glm5_next_on_sm120_is_not_glms_arm(driver):
     r = driver.run_case(case(["--kv-cache-dtype", "fp8_e4m3"], arch=GLM5_NEXT, cap=(12, 0)))
     assert r.ok and r.backends == ("trtllm", "trtllm")  # FP8 on SM >= 10
     assert r.log == ("Set DSA backends for fp8_e4m3 KV Cache: prefill=trtllm, decode=trtllm.",)
 
 
-@needs_sglang
 def test_glm5_next_with_the_radix_cache_on_resolves(driver):
     # index_kpool 4 in its config: page size 256, a divisor of the mamba track interval
     r = driver.run_case(case([], arch=GLM5_NEXT))
     assert r.ok and r.backends == ("flashmla_sparse", "fa3")
 
 
-@needs_sglang
 def test_hisparse_on_a_non_dsa_model_is_the_assertion(driver):
     r = driver.run_case(case(H, arch=V3))
     assert (r.ok, r.stage, r.error_type) == (False, "check", "AssertionError")
@@ -156,7 +151,6 @@ def test_hisparse_on_a_non_dsa_model_is_the_assertion(driver):
     assert r.log == () and r.backends == (None, None)  # no DSA routing for DeepSeek-V3
 
 
-@needs_sglang
 @pytest.mark.parametrize("config, message", [
     ('{"top_k": 2048, "device_buffer_size": 1024}',
      "device_buffer_size (1024) must be no smaller than top_k (2048)"),
@@ -172,13 +166,11 @@ def test_bad_hisparse_config_fails_at_model_start(driver, config, message):
     assert r.backends == ("flashmla_kv", "flashmla_kv") and r.log[-1].startswith("HiSparse enabled")
 
 
-@needs_sglang
 def test_hisparse_config_is_read_only_with_hisparse(driver):
     r = driver.run_case(case(["--kv-cache-dtype", "fp8_e4m3", "--hisparse-config", "{bad"]))
     assert r.ok and r.stage == "done"
 
 
-@needs_sglang
 def test_tilelang_fp8_needs_sm89(driver):
     argv = ["--kv-cache-dtype", "fp8_e4m3", "--dsa-prefill-backend", "tilelang",
             "--dsa-decode-backend", "tilelang"]
@@ -190,7 +182,6 @@ def test_tilelang_fp8_needs_sm89(driver):
     assert r.message.startswith("CUDA TileLang FP8 KV requires both DSA backends to be tilelang")
 
 
-@needs_sglang
 def test_rocm_and_nvfp4(driver):
     r = driver.run_case(case([], platform="hip", cap=(9, 4)))
     assert r.ok and r.backends == ("triton", "triton") and r.kv_cache_dtype == "bfloat16"
@@ -202,7 +193,6 @@ def test_rocm_and_nvfp4(driver):
     assert r.kv_cache_dtype == "nvfp4"
 
 
-@needs_sglang
 def test_model_extra_reaches_the_config(driver):
     # the indexer fields on DeepSeek-V3's config make it a DSA model for SGLang
     argv = ["--kv-cache-dtype", "fp8_e4m3"]
@@ -211,6 +201,10 @@ def test_model_extra_reaches_the_config(driver):
     indexer = (("index_head_dim", 128), ("index_n_heads", 64), ("index_topk", 2048))
     r = driver.run_case(case(argv, arch=V3, extra=indexer))
     assert r.ok and r.backends == ("flashmla_kv", "flashmla_kv")
+    # a nested field: GLM-5.3-Flash's text config, with transformers' index_kpool 16 back
+    r = driver.run_case(case([], arch=GLM5_NEXT, extra=(("text_config", {"index_kpool": 16}),)))
+    assert (r.ok, r.error_type, r.where.split(":")[0]) == (False, "AssertionError",
+                                                          "srt/arg_groups/mamba_hook.py")
     with pytest.raises(ValueError, match="no model config for architecture 'Nope'; known: "):
         driver.run_case(case([], arch="Nope"))
     with pytest.raises(ValueError, match="unknown platform 'npu'"):
@@ -232,7 +226,6 @@ HAND_PICKED = [
 ]
 
 
-@needs_sglang
 def test_cases_do_not_leak_into_each_other(driver):
     import torch
 
@@ -244,7 +237,6 @@ def test_cases_do_not_leak_into_each_other(driver):
     assert torch.cuda.is_available() == available
 
 
-@needs_sglang
 def test_the_fields_memo_changes_no_result(driver):
     memo = driver._STATE.fields
     with_memo = [driver.run_case(c) for c in HAND_PICKED]
@@ -256,7 +248,6 @@ def test_the_fields_memo_changes_no_result(driver):
     assert with_memo == without
 
 
-@needs_sglang
 def test_the_parse_is_prepare_server_args(driver):
     import msgspec
     from sglang.srt.server_args import prepare_server_args
@@ -274,22 +265,20 @@ def test_the_parse_is_prepare_server_args(driver):
         root.setLevel(saved[0])
 
 
-@needs_sglang
 def test_sglang_logs_nothing_to_the_host_during_a_case(driver, caplog):
     with caplog.at_level(logging.INFO):
         r = driver.run_case(case(H + ("--kv-cache-dtype", "fp8_e4m3")))
     assert r.log and not [rec for rec in caplog.records if rec.name.startswith("sglang")]
 
 
-@needs_sglang
 def test_forked_workers_give_the_in_process_results(driver):
     cases = HAND_PICKED * 3
     assert runner.run_cases(driver, cases, workers=2) == runner.run_cases("0.5.23", cases, workers=0)
 
 
-@needs_sglang
-def test_installed_sglang_finds_the_driver():
-    assert _VERSION == "0.5.23" and "engine.conform.sglang_0523" in _REASON
+def test_installed_sglang_finds_the_driver(driver):
+    version, reason = drivers.installed_sglang()
+    assert version == "0.5.23" and "engine.conform.sglang_0523" in reason
     assert drivers.resolve(None).VERSION == "0.5.23"
 
 

@@ -7,6 +7,7 @@ forked worker that needs a new one writes it under a temporary name and renames 
 so two workers never see a half-written folder."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -53,9 +54,13 @@ class ModelFolders:
         self.root = root or tempfile.mkdtemp(prefix="hisparse-conform-models-")
         self._owner_pid = os.getpid()
         self._paths: dict = {}
+        if self._owned:
+            atexit.register(self.cleanup)
 
     def path(self, architecture: str, extra=()) -> str:
-        key = (architecture, tuple(extra))
+        """The folder for the architecture with the extra config.json fields ((key, value) pairs;
+        a value may be a dict, e.g. text_config)."""
+        key = json.dumps([architecture, [list(kv) for kv in extra]], sort_keys=True, default=repr)
         found = self._paths.get(key)
         if found is None:
             found = self._paths[key] = self._write(architecture, extra)
@@ -81,6 +86,7 @@ class ModelFolders:
         return final
 
     def cleanup(self) -> None:
-        """Remove the folders (only the process that created the root does)."""
+        """Remove the folders of a root it created (at exit too; only in the process that
+        created it, never in a forked worker)."""
         if self._owned and os.getpid() == self._owner_pid:
             shutil.rmtree(self.root, ignore_errors=True)

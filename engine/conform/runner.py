@@ -107,7 +107,7 @@ def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "c
 
 def _run_forked(driver, cases, workers, bar):
     ctx = multiprocessing.get_context("fork")
-    # the parent's objects (SGLang, torch, transformers: ~1 GB) go to the permanent generation, so
+    # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
     # a worker's garbage collector never walks them, which would copy every page they live on
     gc.freeze()
     size = _chunk_size(len(cases), workers)
@@ -138,6 +138,7 @@ def _run_forked(driver, cases, workers, bar):
                 conn, proc = state["conn"], state["proc"]
                 if conn not in ready and proc.sentinel not in ready:
                     continue
+                gone = False
                 try:
                     while conn.poll():
                         index, ok, value = conn.recv()
@@ -146,8 +147,8 @@ def _run_forked(driver, cases, workers, bar):
                         results[index] = value
                         done += 1
                         state["pending"].remove(index)
-                except (EOFError, ConnectionResetError):
-                    pass
+                except (EOFError, OSError):  # the worker's end closed: it died
+                    gone = True
                 if bar:
                     bar.update(done)
                 if not state["pending"]:
@@ -155,8 +156,8 @@ def _run_forked(driver, cases, workers, bar):
                         live.remove(state)
                         _stop(state)
                     continue
-                if proc.sentinel in ready or not proc.is_alive():
-                    proc.join(1)
+                if gone or proc.sentinel in ready or not proc.is_alive():
+                    proc.join(5)
                     first = state["pending"][0]
                     raise WorkerCrashed(first, cases[first], proc.exitcode)
                 if len(state["pending"]) <= size:

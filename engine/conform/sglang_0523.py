@@ -34,7 +34,6 @@ Log lines: the WARNING records of `sglang.*` loggers whose emitting function is 
 from __future__ import annotations
 
 import argparse
-import atexit
 import logging
 import os
 import warnings
@@ -111,7 +110,6 @@ class _State:
         self.parser = _Parser(prog="sglang serve")
         ServerArgs.add_cli_args(self.parser)
         self.models = ModelFolders()
-        atexit.register(self.models.cleanup)
         self.capture = _install_capture()
         self.fields = _FieldsMemo(ServerArgs)
         self.fields.enable()
