@@ -33,7 +33,7 @@ def outcome_of(decision) -> Outcome:
     backends = tuple(decision.backends.items())
     raw = decision._raw
     if raw:
-        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_list[raw[0][0]].name)
+        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_meta[raw[0][0]][0])
     return Outcome("ok", values, backends, tuple(decision.log), None, None)
 
 

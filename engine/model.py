@@ -4,69 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .conditions import Cond, TrueCond
+from .inputs import INT_MAX, INT_MIN, InputSpec, PhaseSpec  # noqa: F401  (re-exported)
 from .templates import Template
-
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
-
-
-@dataclass
-class InputSpec:
-    """One config input. Phase inputs (the backend of a phase) are inputs of type enum over the
-    declared backends, nullable, default unset."""
-
-    name: str
-    type: str  # bool | enum | int
-    values: tuple  # enum: allowed values; int: representative values; bool: (False, True)
-    default: object
-    nullable: bool = False
-    minimum: int | None = None
-    maximum: int | None = None
-    description: str = ""
-    flags: tuple = ()  # command-line spellings, primary first
-    phase: str | None = None  # the phase this input holds the backend of
-    path: tuple = ()
-    deprecated: dict = field(default_factory=dict)  # deprecated flag -> log line when used
-
-    def domain(self) -> list:
-        """The values used when the whole domain is enumerated."""
-        return list(self.values) + ([None] if self.nullable else [])
-
-    def describe_domain(self) -> str:
-        if self.type == "bool":
-            text = "true or false"
-        elif self.type == "enum":
-            text = "one of " + ", ".join(self.values)
-        else:
-            bounds = ([f">= {self.minimum}"] if self.minimum is not None else []) + (
-                [f"<= {self.maximum}"] if self.maximum is not None else [])
-            text = "an integer" + (" " + " and ".join(bounds) if bounds else "")
-        return text + (" (or null for unset)" if self.nullable else "")
-
-    def accepts(self, value) -> bool:
-        if value is None:
-            return self.nullable
-        if self.type == "bool":
-            return value is True or value is False
-        if self.type == "enum":
-            return isinstance(value, str) and value in self.values
-        if type(value) is not int or not INT_MIN <= value <= INT_MAX:
-            return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
-        if self.minimum is not None and value < self.minimum:
-            return False
-        return self.maximum is None or value <= self.maximum
-
-    @property
-    def flag(self) -> str:
-        return self.flags[0] if self.flags else "--" + self.name.replace("_", "-")
-
-
-@dataclass
-class PhaseSpec:
-    name: str
-    input: str
-    flags: tuple = ()
-    description: str = ""
-    path: tuple = ()
 
 
 @dataclass

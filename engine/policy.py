@@ -2,24 +2,24 @@
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
-from . import codegen, interpret
-from .build import Parts
 from .decision import Decision
 from .errors import ConfigError, Problem, clip, shown
-from .model import INT_MAX, INT_MIN
+from .inputs import INT_MAX, INT_MIN
+from .memo import memoised
 from .suggest import closest, did_you_mean, near_miss
 
 
 class Policy:
     """One version of one policy family, compiled once at load.
 
-    `evaluate(config)` runs the compiled function; `trace(config)` runs the interpreter and
-    returns the decision with the trace of every rule tried (explain, coverage).
+    `evaluate(config)` runs the compiled function (memoised: see memo.py); `trace(config)` runs
+    the interpreter and returns the decision with the trace of every rule tried (explain,
+    coverage).
     """
 
-    def __init__(self, parts: Parts, file: str, sha256: str, path: str = "", doc=None):
+    def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
         self.family = parts.family
         self.version = parts.version
         self.description = parts.description
@@ -35,6 +35,7 @@ class Policy:
         self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
+        self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
@@ -57,13 +58,17 @@ class Policy:
             for ph in self.phases
         }
         self._probe = None  # the instrumented evaluator, compiled on first use (lint)
+        from . import codegen
+
         self.source_code, consts = codegen.compile_policy(self)
         self._evaluate = self._compile(self.source_code, consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
 
-    def _compile(self, source: str, consts: dict, name: str):
+    def _compile(self, source, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
                          _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
-        exec(compile(source, f"<policy {self.family}@{self.version}>", "exec"), namespace)
+        code = compile(source, f"<policy {self.family}@{self.version}>", "exec") if isinstance(source, str) else source
+        exec(code, namespace)
         return namespace[name]
 
     def probe(self):
@@ -71,6 +76,8 @@ class Policy:
         lists `held` (per rule of rule_list: its condition held; for defaults: held when the
         defaults stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
         if self._probe is None:
+            from . import codegen
+
             source, consts = codegen.compile_policy(self, probe=True)
             self._probe = self._compile(source, consts, "_probe")
         return self._probe
@@ -98,16 +105,21 @@ class Policy:
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, config: Mapping) -> Decision:
         """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
-        for unknown keys or values."""
+        for unknown keys or values. (Replaced per instance by the memoised compiled evaluator.)"""
         return self._evaluate(config)
 
-    def trace(self, config: Mapping) -> tuple[Decision, interpret.Trace]:
-        """Evaluate with the interpreter, recording every stage, rule and check tried."""
+    def trace(self, config: Mapping):
+        """(decision, trace): evaluate with the interpreter, recording every stage, rule and
+        check tried."""
+        from . import interpret
+
         canonical, prelude = self.normalize_with_log(config)
         trace = interpret.Trace()
         return interpret.run(self, self.complete(canonical), config, trace, prelude), trace
 
     def interpret(self, config: Mapping) -> Decision:
+        from . import interpret
+
         canonical, prelude = self.normalize_with_log(config)
         return interpret.run(self, self.complete(canonical), config, None, prelude)
 
