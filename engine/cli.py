@@ -177,7 +177,7 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
             stream = open(source, "rb")
         except OSError as exc:
             raise ConfigError([Problem("C504", f"cannot read batch file: {exc.strerror or exc}", source)]) from None
-    from .yaml_reader import max_file_bytes
+    from .reading import max_file_bytes
 
     worst = OK
     try:
@@ -234,7 +234,7 @@ def _batch_line(policy, base, line, number: int):
         return {"ok": False, "line": number, "error": err}, ERROR, None
 
     if line is _TOO_LONG:
-        from .yaml_reader import max_file_bytes
+        from .reading import max_file_bytes
 
         return bad([Problem("C505", f"line longer than {max_file_bytes()} bytes (HISPARSE_MAX_FILE_BYTES)")])
     if isinstance(line, bytes):

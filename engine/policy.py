@@ -36,6 +36,17 @@ class Policy:
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
         self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
+        self._derive()
+        from . import codegen
+
+        self.source_code, consts = codegen.compile_policy(self)
+        self._consts = consts
+        self._code = compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec")
+        self._evaluate = self._compile(self._code, consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+
+    def _derive(self) -> None:
+        """The look-up tables evaluation uses, from the inputs and phases."""
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
@@ -58,18 +69,58 @@ class Policy:
             for ph in self.phases
         }
         self._probe = None  # the instrumented evaluator, compiled on first use (lint)
-        from . import codegen
 
-        self.source_code, consts = codegen.compile_policy(self)
-        self._evaluate = self._compile(self.source_code, consts, "_evaluate")
-        self.evaluate = memoised(self, self._evaluate)
-
-    def _compile(self, source, consts: dict, name: str):
+    def _compile(self, code, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
                          _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
-        code = compile(source, f"<policy {self.family}@{self.version}>", "exec") if isinstance(source, str) else source
+        if isinstance(code, str):
+            code = compile(code, f"<policy {self.family}@{self.version}>", "exec")
         exec(code, namespace)
         return namespace[name]
+
+    # -- the compiled cache (cache.py) ------------------------------------------------------
+    def form(self) -> dict:
+        """What evaluation needs, as plain marshal-able data: the cache entry of this policy."""
+        return {"family": self.family, "version": self.version, "description": self.description,
+                "source": self.source, "backends": self.backends, "rules": self.rule_meta,
+                "inputs": [spec._fields() for spec in self.inputs.values()],
+                "phases": [spec._fields() for spec in self.phases.values()],
+                "code": self._code, "consts": self._consts, "source_code": self.source_code}
+
+    @classmethod
+    def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
+        """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
+        rest of the model (rules, tables, the parsed document) is built from `data`, the file's
+        bytes, on first use."""
+        from .inputs import InputSpec, PhaseSpec
+
+        self = cls.__new__(cls)
+        for key in ("family", "version", "description", "source", "backends", "source_code"):
+            setattr(self, key, form[key])
+        self.rule_meta = tuple(form["rules"])
+        self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
+        self.phases = {f[0]: PhaseSpec(*f) for f in form["phases"]}
+        self.file, self.path, self.sha256 = file, path or file, sha256
+        self._data = data
+        self._derive()
+        self._consts = form["consts"]
+        self._code = form["code"]
+        self._evaluate = self._compile(self._code, self._consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+        return self
+
+    def __getattr__(self, name: str):
+        # only for a policy from the cache, and only for what it does not hold yet: build the full
+        # model from the file's bytes (they passed the schema when the entry was made)
+        data = self.__dict__.pop("_data", None)
+        if data is None or name.startswith("__"):
+            raise AttributeError(f"'Policy' object has no attribute {name!r}")
+        from .loader import compile_bytes
+
+        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+        for key, value in full.__dict__.items():
+            self.__dict__.setdefault(key, value)
+        return getattr(self, name)
 
     def probe(self):
         """The instrumented evaluator: probe(cfg, held, chosen) -> Decision, counting into the
