@@ -36,6 +36,9 @@ class Policy:
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
         self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
+        # inputs (other than phases) some rule rewrites; the others always keep the value given
+        self.written = tuple(n for n in self.inputs if self.inputs[n].phase is None
+                             and any(n in r.set for r in self.rule_list))
         self._derive()
         from . import codegen
 
@@ -68,7 +71,7 @@ class Policy:
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
         }
-        self._probe = None  # the instrumented evaluator, compiled on first use (lint)
+        self._probes: dict = {}  # the whole-domain evaluators (probe()), compiled on first use
 
     def _compile(self, code, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
@@ -80,12 +83,14 @@ class Policy:
 
     # -- the compiled cache (cache.py) ------------------------------------------------------
     def form(self) -> dict:
-        """What evaluation needs, as plain marshal-able data: the cache entry of this policy."""
+        """What evaluation (and whole-domain evaluation without counters) needs, as plain
+        marshal-able data: the cache entry of this policy."""
         return {"family": self.family, "version": self.version, "description": self.description,
                 "source": self.source, "backends": self.backends, "rules": self.rule_meta,
-                "inputs": [spec._fields() for spec in self.inputs.values()],
+                "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
                 "phases": [spec._fields() for spec in self.phases.values()],
-                "code": self._code, "consts": self._consts, "source_code": self.source_code}
+                "code": self._code, "consts": self._consts, "source_code": self.source_code,
+                "probe": self._probe_code(False)}
 
     @classmethod
     def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
@@ -95,7 +100,7 @@ class Policy:
         from .inputs import InputSpec, PhaseSpec
 
         self = cls.__new__(cls)
-        for key in ("family", "version", "description", "source", "backends", "source_code"):
+        for key in ("family", "version", "description", "source", "backends", "source_code", "written"):
             setattr(self, key, form[key])
         self.rule_meta = tuple(form["rules"])
         self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
@@ -107,6 +112,7 @@ class Policy:
         self._code = form["code"]
         self._evaluate = self._compile(self._code, self._consts, "_evaluate")
         self.evaluate = memoised(self, self._evaluate)
+        self._probes[False] = self._compile(*form["probe"], "_probe")
         return self
 
     def __getattr__(self, name: str):
@@ -122,16 +128,21 @@ class Policy:
             self.__dict__.setdefault(key, value)
         return getattr(self, name)
 
-    def probe(self):
-        """The instrumented evaluator: probe(cfg, held, chosen) -> Decision, counting into the
-        lists `held` (per rule of rule_list: its condition held; for defaults: held when the
-        defaults stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
-        if self._probe is None:
-            from . import codegen
+    def probe(self, count: bool = True):
+        """The whole-domain evaluator: probe(configs, sink, held, chosen) calls
+        sink((values, sources, log, violations)) for each config of `configs` (tuples of valid
+        canonical values in input order; see codegen). With `count` it also counts into the lists
+        `held` (per rule of rule_list: its condition held; for defaults: held when the defaults
+        stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
+        if count not in self._probes:
+            self._probes[count] = self._compile(*self._probe_code(count), "_probe")
+        return self._probes[count]
 
-            source, consts = codegen.compile_policy(self, probe=True)
-            self._probe = self._compile(source, consts, "_probe")
-        return self._probe
+    def _probe_code(self, count: bool) -> tuple:
+        from . import codegen
+
+        source, consts = codegen.compile_policy(self, probe=True, count=count)
+        return compile(source, f"<probe {self.family}@{self.version}>", "exec"), consts
 
     # -- identity ----------------------------------------------------------------------------
     @property

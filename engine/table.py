@@ -53,17 +53,39 @@ def routing_rows(policy, fixed: dict | None = None) -> dict:
     backends = list(policy.backends)
     groups: dict = {}
     order = []
-    for combo in itertools.product(*domains):
-        base = dict(fixed, **dict(zip(axes, combo)))
-        d = policy.evaluate(base)
-        if d.ok:
-            defaults = tuple(d.backends[ph] for ph, _ in phases)
-            rejected = None
+    # per row: the config with the phases as fixed (or unset), then each backend set alone for
+    # each phase, evaluated in bulk
+    names = policy.input_names
+    template = [fixed.get(n, policy.inputs[n].default) for n in names]
+    where = [names.index(n) for n in axes]
+    slots = [names.index(spec.input) for _, spec in phases]
+
+    def configs():
+        for combo in itertools.product(*domains):
+            values = list(template)
+            for i, v in zip(where, combo):
+                values[i] = v
+            yield tuple(values)
+            for i in slots:
+                for b in backends:
+                    values[i] = b
+                    yield tuple(values)
+                values[i] = template[i]
+
+    from . import domain
+
+    per_row = 1 + len(slots) * len(backends)
+    flat = [r for chunk in domain.results(policy, configs()) for r in chunk]
+    offset = len(policy.written)  # compact results: (rewritten values + backends, log, first violation)
+    for row, combo in enumerate(itertools.product(*domains)):
+        got = flat[row * per_row:(row + 1) * per_row]
+        values, _, first = got[0]
+        if first is None:
+            defaults, rejected = values[offset:], None
         else:
-            defaults, rejected = None, d.error
-        allowed = tuple(
-            tuple(b for b in backends if policy.evaluate(dict(base, **{spec.input: b})).ok)
-            for ph, spec in phases)
+            defaults, rejected = None, first[2]
+        allowed = tuple(tuple(b for j, b in enumerate(backends) if got[1 + p * len(backends) + j][2] is None)
+                        for p in range(len(slots)))
         key = (defaults, rejected, allowed)
         if key not in groups:
             groups[key] = []
