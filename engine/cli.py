@@ -431,6 +431,9 @@ def cmd_attend(argv) -> int:
     w.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     w.add_argument("--provider", choices=("auto", "reference", "flashmla"), default="auto")
     w.add_argument("--device", default="cpu", help="where the hot buffer and kernels run (default cpu)")
+    w.add_argument("--threads", type=int, metavar="N",
+                   help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
+                        "loaded machine 1 is often faster)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
@@ -443,11 +446,15 @@ def cmd_attend(argv) -> int:
         print(f"REJECTED by {policy.ref}: {decision.error}")
         return VIOLATION
     try:
-        import torch  # noqa: F401  (the bridge needs it; say so plainly when it is missing)
+        import torch  # the bridge needs it; say so plainly when it is missing
     except ImportError as exc:
         print(f"hisparse attend: the kernel bridge needs torch ({exc}); install it with "
               "`pip install torch==2.13.0` (CPU) or a CUDA build", file=sys.stderr)
         return ERROR
+    if ns.threads is not None:
+        if ns.threads < 1:
+            raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
+        torch.set_num_threads(ns.threads)
     from kernels_bridge.errors import BridgeError
     from kernels_bridge.hot_buffer import HotBufferError
     from kernels_bridge.workload import Workload, report_text, run, stderr_progress
