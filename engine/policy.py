@@ -1,6 +1,7 @@
 """A loaded, compiled policy: its declarations, the config checks, and evaluate()."""
 from __future__ import annotations
 
+import _thread
 import itertools
 from collections.abc import Iterator, Mapping
 
@@ -116,17 +117,24 @@ class Policy:
         return self
 
     def __getattr__(self, name: str):
-        # only for a policy from the cache, and only for what it does not hold yet: build the full
-        # model from the file's bytes (they passed the schema when the entry was made)
-        data = self.__dict__.pop("_data", None)
-        if data is None or name.startswith("__"):
-            raise AttributeError(f"'Policy' object has no attribute {name!r}")
-        from .loader import compile_bytes
+        # only for what an object lacks: a policy from the cache builds the full model from the
+        # file's bytes (they passed the schema when the entry was made), once, under a lock
+        if not name.startswith("__"):
+            with _FULL_MODEL:
+                data = self.__dict__.pop("_data", None)
+                if data is not None:
+                    from .loader import compile_bytes
 
-        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
-        for key, value in full.__dict__.items():
-            self.__dict__.setdefault(key, value)
-        return getattr(self, name)
+                    try:
+                        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+                    except BaseException:
+                        self._data = data
+                        raise
+                    for key, value in full.__dict__.items():
+                        self.__dict__.setdefault(key, value)
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"'Policy' object has no attribute {name!r}")
 
     def probe(self, count: bool = True):
         """The whole-domain evaluator: probe(configs, sink, held, chosen) calls
@@ -309,6 +317,7 @@ class Policy:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
+_FULL_MODEL = _thread.allocate_lock()
 
 
 def _exact(value):

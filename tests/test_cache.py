@@ -183,3 +183,23 @@ def test_concurrent_writers_leave_one_whole_entry(folder):
         t.join()
     assert cache.load(policy.sha256, display) is not None
     assert not [f for f in os.listdir(folder) if f.endswith(".tmp")]
+
+
+def test_threads_building_the_full_model_of_a_cached_policy_at_once(folder):
+    _fresh_load("nsa-backends@3")
+    cached = _fresh_load("nsa-backends@3")
+    assert _from_cache(cached)
+    seen, errors = [], []
+
+    def use():
+        try:
+            seen.append(len(cached.rule_list) + len(cached.stages))
+        except Exception as exc:  # an AttributeError here would mean a reader saw a half-built model
+            errors.append(exc)
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(seen)) == 1 and len(seen) == 8
