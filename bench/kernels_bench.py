@@ -61,7 +61,7 @@ def kernel_rates(quick: bool) -> tuple[dict, dict, list]:
         mm = _matmul_case(b, TOPK)
         t = interleaved({"decode": lambda: decode_compute(q, cache, idx),
                          "prefill": lambda: prefill_compute(qp, kv, idxp, 0.1),
-                         "matmul": mm}, repeats)
+                         "matmul": mm}, repeats * max(1, 4 // b))  # short calls: more repeats
         f = flops(b, TOPK)
         gf = {k: f / v / 1e9 for k, v in t.items()}
         rows[f"b{b}"] = {"decode_ms": round(t["decode"] * 1e3, 2), "prefill_ms": round(t["prefill"] * 1e3, 2),

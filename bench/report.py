@@ -90,7 +90,9 @@ def performance_notes() -> str:
   (`HISPARSE_NO_CACHE=1`: PyYAML, jsonschema and the rule model imported, parse, schema, compile).""")
     lines.append(f"""- **Whole-domain analyses** (CPU time of the process; wall time beside): `hisparse check
   policies/` {an['check']['cpu_s']} s ({an['check']['wall_s']} s), `hisparse diff` v2 -> v3 {an['diff_v2_v3']['cpu_s']} s
-  ({an['diff_v2_v3']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s. On a synthetic policy of
+  ({an['diff_v2_v3']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s; without the compiled cache (every file
+  parsed, validated and compiled first) check takes {an['check_uncached']['cpu_s']} s and the v2 -> v3 diff
+  {an['diff_v2_v3_uncached']['cpu_s']} s. On a synthetic policy of
   {an['large_configs']:,} configs (v3 with two top-k values and three buffer sizes, `bench/engine_bench.py`):
   its deep lint {an['check_large']['cpu_s']} s, its diff from v3 (both evaluated on every config) {an['diff_v3_large']['cpu_s']} s.""")
     lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {lo['decode_gflops']:.0f}-{hi['decode_gflops']:.0f} GFLOP/s (FP8
