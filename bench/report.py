@@ -70,10 +70,16 @@ def performance_notes() -> str:
     e, k, h, m = e["figures"], k["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
     rates, dq, a = k["rates"], k["dequant"], m["attend_32k_x8"]
-    lo, hi = rates[min(rates, key=lambda b: int(b[1:]))], rates[max(rates, key=lambda b: int(b[1:]))]
+
+    def span(key: str) -> str:  # the range over the batch sizes measured
+        lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
+        return lo if lo == hi else f"{lo}-{hi}"
+
     fp8, bf16, batch = h["fp8"], h["bf16"], h["vs_batch"]
     mb = 1e6
-    lines = [f"What the figures say{' (every goal is met)' if not missed else ''}:", ""]
+    heading = "every goal is met" if not missed else \
+        f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
+    lines = [f"What the figures say ({heading}):", ""]
     lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see the Python API):
   `policy.evaluate` takes {dc['policy_us_per_decision']} us per config of the v2 domain asked again,
   against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
@@ -95,8 +101,8 @@ def performance_notes() -> str:
   {an['diff_v2_v3_uncached']['cpu_s']} s. On a synthetic policy of
   {an['large_configs']:,} configs (v3 with two top-k values and three buffer sizes, `bench/engine_bench.py`):
   its deep lint {an['check_large']['cpu_s']} s, its diff from v3 (both evaluated on every config) {an['diff_v3_large']['cpu_s']} s.""")
-    lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {lo['decode_gflops']:.0f}-{hi['decode_gflops']:.0f} GFLOP/s (FP8
-  decode) and {lo['prefill_gflops']:.0f}-{hi['prefill_gflops']:.0f} GFLOP/s (BF16 prefill) against {lo['matmul_gflops']:.0f}-{hi['matmul_gflops']:.0f} GFLOP/s for float32
+    lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
+  decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
   `torch.matmul` on the same FLOPs. FP8 rows are dequantised through a 256-entry table of code values
   (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here, a uint8 -> float32
   one {dq['convert_ns_per_element']} ns): `dequantize_kv_fp8` moves
