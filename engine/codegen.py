@@ -84,7 +84,8 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
     if probe and not count:  # only what tells outcomes apart, hashable as it is
         shown = [var[n] for n in policy.written] + [var[spec.input] for spec in policy.phases.values()]
         parts = "(" + "".join(f"{v}, " for v in shown) + "), tuple(log), viol[0] if viol else None"
-    # the probe hands each result to the sink and goes on with the next config
+    # every way an evaluation ends is emitted from `finish`: the probe hands each result to the
+    # sink and goes on with the next config (a `return` would end the whole loop)
     finish = [f"sink(({parts}))", "continue"] if probe else [f"return {result}"]
     index = policy.rule_index
 

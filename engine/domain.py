@@ -33,6 +33,8 @@ def results(policy, configs, held: list | None = None, chosen: list | None = Non
             return
         out: list = []
         probe(chunk, out.append, held, chosen)
+        if len(out) != len(chunk):  # an evaluation path that left the loop instead of finishing
+            raise RuntimeError(f"the probe of {policy.ref} gave {len(out)} results for {len(chunk)} configs")
         yield out
 
 

@@ -242,3 +242,13 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
             assert " ".join(f"{k}={engine.text.show(v)}" for k, v in config.items()) in p.message
     if source.startswith("L"):
         assert want  # each fixture triggers its finding
+
+
+def test_a_probe_that_loses_configs_is_an_error(monkeypatch):
+    from engine import domain
+
+    policy = engine.load_policy("nsa-backends@1")
+    real = policy.probe(False)
+    monkeypatch.setitem(policy._probes, False, lambda configs, sink, held, chosen: real(configs[:-1], sink, held, chosen))
+    with pytest.raises(RuntimeError, match="results for"):
+        list(domain.results(policy, [tuple(c.values()) for c in policy.domain()]))
