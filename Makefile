@@ -6,8 +6,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
+# SGLang for `engine.conform`: the release the conform driver runs, installed with --no-deps next to
+# the pinned light dependencies of its start-up code (the `conform` extra, installed --no-deps too).
+SGLANG ?= sglang==0.5.23
+CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
-.PHONY: install run test bench bench-quick check clean
+.PHONY: install run test bench bench-quick check clean conform-env
 
 install: $(STAMP)
 
@@ -16,6 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG)
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,6 +39,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
+
+# `make conform-env SGLANG=0.5.11` (or 0.5.12): a virtual environment of its own running that
+# release's routing code for `hisparse conform` (docs/conform.md); 0.5.23 is the one `install` adds
+RELEASE = $(patsubst sglang==%,%,$(SGLANG))
+conform-env:
+	bash tools/sglang-env.sh $(RELEASE) .venv-sglang-$(RELEASE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

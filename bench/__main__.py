@@ -1,7 +1,7 @@
 """`python -m bench [--quick] [--only NAME ...]`: run the benchmarks, write bench/results/<name>.json
 (every figure, the machine, versions, date), PNG plots, and bench/results/summary.md. With
---quick, smaller sizes and fewer repeats, written to bench/results/quick/ (not committed): a
-quick run never replaces the figures the README is generated from."""
+--quick, smaller sizes and fewer repeats, written to bench/results-quick/ (git-ignored): the
+committed results, which the README's figures are generated from, change only with a full run."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +10,9 @@ import os
 import sys
 import time
 
-from bench.common import THREADS, out_dir, pin_threads
+from bench.common import THREADS, out_dir, pin_threads, use_output
 
-SUITES = ("engine", "kernels", "hotbuffer", "memory", "gpu")
+SUITES = ("engine", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
 
 
 def _run_suite(name: str, quick: bool) -> str:
@@ -24,6 +24,8 @@ def _run_suite(name: str, quick: bool) -> str:
         from bench import hotbuf_bench as m
     elif name == "memory":
         from bench import memory_bench as m
+    elif name == "accuracy":
+        from bench import accuracy_bench as m
     else:
         return _gpu(quick)
     return m.run(quick)
@@ -55,8 +57,9 @@ def summary(quick: bool = False) -> str:
         with open(path) as fh:
             r = json.load(fh)
         m = r["machine"]
+        load = f", load average {m['load_average']}" if m.get("load_average") else ""  # older runs lack it
         lines.append(f"## {name} ({r['date']}{', quick' if r['quick'] else ''}; {m.get('cpu', m['machine'])}, "
-                     f"{m['cpus']} CPUs, load average {m.get('load_average')}, Python {m['python']}, "
+                     f"{m['cpus']} CPUs{load}, Python {m['python']}, "
                      f"torch {m.get('torch')}, {m.get('torch_threads')} thread(s))")
         lines.append("")
         if r["goals"]:
@@ -76,6 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under a minute)")
     parser.add_argument("--only", nargs="+", choices=SUITES, help="run only these suites")
     ns = parser.parse_args(argv)
+    use_output(ns.quick)
     pin_threads()
     for name in ns.only or SUITES:
         t0 = time.perf_counter()

@@ -4,7 +4,7 @@ The machines these run on are shared and noisy, so every goal is either a ratio 
 measured in the same run, interleaved (A, B, A, B, ...), with the median of several repeats, or a
 CPU time: the work is single-threaded (torch is pinned to THREADS threads), and CPU time, unlike
 wall time, does not grow while other processes hold the cores. Wall times are recorded beside.
-`--quick` results go to bench/results/quick/ (not committed), never over the full run's."""
+`--quick` results go to bench/results-quick/ (git-ignored), never over the full run's."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -18,12 +18,26 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "bench", "results")
+RESULTS = os.path.join(ROOT, "bench", "results")  # committed; the README's figures come from here
+# --quick runs write here instead (git-ignored), so a quick run never replaces committed figures
+QUICK_RESULTS = os.path.join(ROOT, "bench", "results-quick")
 THREADS = 1  # torch threads for every kernel figure: under load torch's default is 5-14x slower
+_output = RESULTS
+
+
+def use_output(quick: bool) -> str:
+    """Send this run's results, plots and summary to bench/results-quick/ for --quick."""
+    global _output
+    _output = QUICK_RESULTS if quick else RESULTS
+    return _output
+
+
+def output_dir() -> str:
+    return _output
 
 
 def out_dir(quick: bool) -> str:
-    return os.path.join(RESULTS, "quick") if quick else RESULTS
+    return QUICK_RESULTS if quick else output_dir()
 
 
 def pin_threads() -> int:

@@ -37,6 +37,9 @@ TOLERANCES = {
     "decode_lse": (1e-6, 8.01 / 65536, 1e-7),
 }
 D_QK, D_V, TOPK = 576, 512, 2048
+# FlashMLA's published peaks on H800 SXM5 (deepseek-ai/FlashMLA README): the anchors the achieved
+# TFLOPS are reported next to; written into every result, so the README takes them from there
+PUBLISHED_TFLOPS = {"sparse_prefill": 640, "sparse_decode_fp8": 410, "gpu": "H800 SXM5"}
 
 
 def allclose_report(name: str, ans: torch.Tensor, ref: torch.Tensor, abs_tol: float,
@@ -257,7 +260,8 @@ def fp8_parity(dev: torch.device) -> dict:
 
 def skipped_summary(reason: str) -> dict:
     from kernels_bridge.doctor import doctor_report
-    return {"skipped": True, "passed": None, "reason": reason, "doctor": doctor_report()}
+    return {"skipped": True, "passed": None, "reason": reason, "doctor": doctor_report(),
+            "published_tflops": PUBLISHED_TFLOPS}
 
 
 def run(quick: bool = False, device=None, plan=None) -> dict:
@@ -301,6 +305,7 @@ def run(quick: bool = False, device=None, plan=None) -> dict:
         "runtime_s": round(time.perf_counter() - started, 1),
         "environment": doctor_report(),
         "tolerances": {k: list(v) for k, v in TOLERANCES.items()},
+        "published_tflops": PUBLISHED_TFLOPS,
         "fp8_parity": parity,
         "cases": cases,
         "errors": errors,

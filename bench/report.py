@@ -61,12 +61,37 @@ def _missed(results: list) -> list[str]:
     return [key for r in results for key, g in r["goals"].items() if key in LABELS and not g["met"]]
 
 
+def accuracy_table() -> str:
+    """The FP8 vs BF16 table, from bench/results/accuracy.json: each cell the range over the seeds."""
+    r = _load("accuracy")
+    if r is None:
+        return "(run `make bench` to produce the figures)"
+    rows = ["| q scale (std of the BF16 logits) | cosine similarity | max abs error / max abs reference | "
+            "max abs lse difference |", "|---|---|---|---|"]
+
+    def span(values, fmt):
+        lo, hi = fmt(min(values)), fmt(max(values))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    for q_scale, f in r["figures"]["fp8_vs_bf16"].items():
+        rows.append(f"| {q_scale} (about {span(f['logit_std'], lambda x: f'{x:.1f}')}) "
+                    f"| {span(f['cosine'], lambda x: f'{x:.5f}')} "
+                    f"| {span([100 * x for x in f['max_err_over_peak']], lambda x: f'{x:.2g}')} % "
+                    f"| {span(f['max_lse_diff'], lambda x: f'{x:.2g}')} |")
+    seeds = r["figures"]["setup"]["seeds"]
+    rows.append("")
+    rows.append(f"Seeds {seeds[0]}-{seeds[-1]}; measured by `python -m bench --only accuracy`\n"
+                "(`bench/results/accuracy.json`), bounded by `tests/test_reference.py`.")
+    return "\n".join(rows)
+
+
 def performance_notes() -> str:
     """The figures behind the table, in words, with what each missed goal misses by and why."""
     e, k, h, m = (_load(n) for n in ("engine", "kernels", "hotbuffer", "memory"))
     if not all((e, k, h, m)):
         return "(run `make bench` to produce the figures)"
     missed = _missed([e, k, h])
+    gpu = (_load("gpu") or {}).get("figures", {})
     e, k, h, m = e["figures"], k["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
     rates, dq, a = k["rates"], k["dequant"], m["attend_32k_x8"]
@@ -133,9 +158,12 @@ def performance_notes() -> str:
   {a['peak_rss_bytes'] / mb:.0f} MB resident: {a['baseline_rss_bytes'] / mb:.0f} MB of Python and torch, the {a['bf16_truth_bytes'] / mb:.0f} MB BF16 KV kept to
   measure accuracy, the {a['host_pool_bytes'] / mb:.0f} MB FP8 host pool, the {a['hot_buffer_bytes'] / mb:.0f} MB hot buffer and the kernels'
   bounded scratch.""")
-    lines.append("""- **GPU**: `bench/gpu_check.py` measures the bridge against direct `flash_mla` calls (per-call
-  overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes, next to FlashMLA's published
-  640 (sparse prefill) and 410 (FP8 sparse decode) TFLOPS on H800. No GPU was available where
+    published = gpu.get("published_tflops")
+    anchors = (f", next to FlashMLA's published\n  {published['sparse_prefill']} (sparse prefill) and "
+               f"{published['sparse_decode_fp8']} (FP8 sparse decode) TFLOPS on {published['gpu']}"
+               if published else "")
+    lines.append(f"""- **GPU**: `bench/gpu_check.py` measures the bridge against direct `flash_mla` calls (per-call
+  overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes{anchors}. No GPU was available where
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
   it on a GPU machine as the kernel bridge section says.""")
     return "\n".join(lines)

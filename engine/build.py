@@ -8,7 +8,7 @@ import re
 
 from .conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
 from .errors import Problem
-from .model import InputSpec, PhaseSpec, Rule, Stage, Table
+from .model import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from .suggest import did_you_mean
 from .templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from .yaml_reader import Document
@@ -20,9 +20,16 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` command itself, which no input may take as its flag
+# options of the `hisparse` commands themselves (a test checks every command's parser against
+# this list), and the SGLang options its inputs are read from, which no input may take as its
+# flag; attend's --hisparse-top-k and --hisparse-device-buffer-size are left to the policy, which
+# owns them when it declares them
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
-                            "--help", "--version", "--explain"})
+                            "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
+                            "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
+                            "--min-coverage", "--max-records", "--deep",
+                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
+                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
 
 
 class Parts:
@@ -33,6 +40,7 @@ class Parts:
         self.version = 0
         self.description = ""
         self.source = ""
+        self.upstream: Upstream | None = None
         self.inputs: dict[str, InputSpec] = {}  # declared inputs then phase inputs, in order
         self.backends: dict[str, str] = {}
         self.phases: dict[str, PhaseSpec] = {}
@@ -56,6 +64,11 @@ class Builder:
         p.family, p.version = d["policy"], d["version"]
         p.description, p.source = d["description"].strip(), d.get("source", "").strip()
         self._placement()
+        if "upstream" in d:
+            u = d["upstream"]
+            p.upstream = Upstream(u["project"], u.get("version"), u.get("commit"), u.get("pr"),
+                                  " ".join(u["note"].split()),
+                                  tuple((x["where"], " ".join(x["why"].split())) for x in u.get("leaves_out") or ()))
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
         self._inputs(d["inputs"])
         self._phases(d["phases"])
@@ -95,7 +108,7 @@ class Builder:
             inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
                             tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
-                            self._deprecated(spec, path))
+                            self._deprecated(spec, path), dict(spec.get("removed_flags") or {}))
             if kind == "int":
                 for i, v in enumerate(values):
                     if not inp.accepts(v):
@@ -123,10 +136,18 @@ class Builder:
                              "an input or a reserved name", path + ("input",))
                 continue
             flags = tuple(spec.get("flags") or ("--" + key.replace("_", "-"),))
-            p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path)
-            p.inputs[key] = InputSpec(key, "enum", backends, None, True, None, None,
+            accepted = backends
+            if "backends" in spec:
+                accepted = tuple(b for b in backends if b in spec["backends"])  # declaration order
+                for i, b in enumerate(spec["backends"]):
+                    if b not in p.backends:
+                        self.problem("E303", f"unknown backend '{b}'", path + ("backends", i),
+                                     hint=did_you_mean(b, p.backends))
+            p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path, accepted)
+            p.inputs[key] = InputSpec(key, "enum", accepted, None, True, None, None,
                                       f"{name} backend (unset: chosen by the defaults stage)",
-                                      flags, name, path, self._deprecated(spec, path))
+                                      flags, name, path, self._deprecated(spec, path),
+                                      dict(spec.get("removed_flags") or {}))
 
     def _deprecated(self, spec: dict, path: tuple) -> dict:
         """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
@@ -144,7 +165,11 @@ class Builder:
                 if flag in inp.flags:
                     self.problem("E307", f"flag {flag} is listed both as a flag and as deprecated",
                                  inp.path + ("deprecated_flags", flag), key=True)
-            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated)):
+            for flag in inp.removed:  # the input's own name is always accepted as a config key
+                if flag in inp.flags or flag in inp.deprecated or flag[2:].replace("-", "_") == inp.name:
+                    self.problem("E307", f"flag {flag} is listed as removed and as accepted",
+                                 inp.path + ("removed_flags", flag), key=True)
+            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated) + tuple(inp.removed)):
                 if flag in RESERVED_FLAGS or flag.startswith("--no-"):
                     self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
                                  "(--no-X is generated for boolean inputs)",
@@ -155,6 +180,9 @@ class Builder:
                                  inp.path + ("flags", i) if inp.phase is None else inp.path)
                 seen[key] = inp.name
         for name in self.parts.inputs:
+            if "--" + name.replace("_", "-") in RESERVED_FLAGS:
+                self.problem("E309", f"input '{name}' has the name of an option of the hisparse command line",
+                             self.parts.inputs[name].path, key=True)
             if name in seen and seen[name] != name:
                 self.problem("E307", f"input '{name}' is also a flag spelling of '{seen[name]}'",
                              self.parts.inputs[name].path, key=True)
@@ -362,6 +390,11 @@ class Builder:
                 self.problem("E303", f"unknown backend '{backend}'", path + ("set", phase),
                              hint=did_you_mean(backend, self.parts.backends))
                 continue
+            accepted = self.parts.phases[phase].backends
+            if backend not in accepted:
+                self.problem("E302", f"phase '{phase}' does not accept backend '{backend}'",
+                             path + ("set", phase), hint=f"it accepts {', '.join(accepted)}")
+                continue
             rule.set[phase] = backend
         missing = [ph for ph in self.parts.phases if ph not in r["set"]]
         if missing:
@@ -371,6 +404,7 @@ class Builder:
 
     def _checks_rule(self, rule: Rule, r: dict, path: tuple):
         rule.for_each_phase = r.get("for_each") == "phase"
+        rule.at = r.get("at", "checks")
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",), rule.for_each_phase)
         else:

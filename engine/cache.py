@@ -26,7 +26,7 @@ import sys
 
 from .reading import sha256
 
-MAGIC = b"hisparse-compiled-policy 1\n"
+MAGIC = b"hisparse-compiled-policy 2\n"
 MAX_ENTRY_BYTES = 16 << 20
 _fingerprint: str | None = None
 

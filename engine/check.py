@@ -7,7 +7,7 @@ import re
 from .errors import PolicyError, Problem
 from .paths import default_policy_dir
 
-_POLICY_FILE = re.compile(r"v[0-9]+\.ya?ml")  # matched whole
+_POLICY_FILE = re.compile(r"v([0-9]+)\.ya?ml")  # matched whole
 _SKIP_DIRS = {"schema", "tests", "__pycache__"}
 
 
@@ -64,6 +64,28 @@ def check_file(path: str, display: str | None = None, deep: bool = True, notes: 
 
 def check_paths(paths: list[str], deep: bool = True, notes: list | None = None) -> list[tuple[str, list[Problem]]]:
     files, missing = policy_files(paths)
-    results = [(display, check_file(path, display, deep, notes)) for path, display in files]
+    twins = _duplicate_versions(files)
+    results = [(display, twins.get(display, []) + check_file(path, display, deep, notes)) for path, display in files]
     results += [(p.file, [p]) for p in missing]
     return results
+
+
+def _duplicate_versions(files) -> dict[str, list[Problem]]:
+    """display -> E313 for every file that names the same version as another file of its folder
+    (v1.yaml and v001.yaml, v1.yaml and v1.yml): which one is version 1 would be a guess."""
+    from .loader import duplicate_version
+
+    groups: dict = {}
+    for path, display in files:
+        m = _POLICY_FILE.fullmatch(os.path.basename(path))
+        folder = os.path.dirname(os.path.abspath(path))
+        groups.setdefault((folder, int(m.group(1)) if m else None), []).append(display)
+    out: dict[str, list[Problem]] = {}
+    for (folder, version), shown in groups.items():
+        if version is None or len(set(shown)) < 2:
+            continue
+        names = sorted(os.path.basename(d) for d in set(shown))
+        for display in set(shown):
+            out[display] = [duplicate_version(os.path.basename(folder), version, names,
+                                              os.path.dirname(display), display)]
+    return out

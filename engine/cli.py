@@ -11,9 +11,12 @@ import json
 import os
 import sys
 
-from .errors import ConfigError, HisparseError, Problem
-from .paths import DEFAULT_POLICY, default_policy_ref
+from .errors import ConfigError, HisparseError, Problem, clip, shown
+from .inputs import INT_MAX, INT_MIN
+from .output import OutputError, Progress, SafeStream, silence
+from .paths import DEFAULT_POLICY, policy_ref
 from .suggest import did_you_mean
+from .text import escape_json, parse_int
 
 OK, VIOLATION, ERROR = 0, 1, 2
 
@@ -28,7 +31,29 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kw)
 
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message}")
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):  # the same did-you-mean as after `--`
+            message = prefix + "; ".join(self._unrecognized(message[len(prefix):].split()))
+        raise UsageError(f"{self.prog}: {clip(message, 400)}")
+
+    def _unrecognized(self, words):
+        from .given import typographic_dash
+
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for word in words:
+            flag = word.partition("=")[0]
+            hint = typographic_dash(word) or (did_you_mean(flag, options, list_if_none=False)
+                                              if flag.startswith("--") else "")
+            yield f"{clip(word)} ({hint})" if hint else clip(word)
+
+
+def int_arg(text: str) -> int:
+    """argparse type of an integer option: 64-bit, refused unread when longer (int() of a
+    5000-digit text raises past Python's digit limit)."""
+    value = parse_int(text)
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)} (a 64-bit integer)")
+    return value
 
 
 # -- policy-driven options ----------------------------------------------------------------------
@@ -39,7 +64,7 @@ def _pre_policy(argv):
     ns, _ = pre.parse_known_args(argv)
     from .loader import load_policy
 
-    return load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
+    return load_policy(policy_ref(ns.policy), ns.policy_dir)
 
 
 def add_policy_options(parser, with_ref=True):
@@ -51,29 +76,87 @@ def add_policy_options(parser, with_ref=True):
                             help="folder of policy families (default: $HISPARSE_POLICY_DIR or the shipped policies)")
 
 
-def add_input_flags(parser, policy):
-    """One option per policy input, spelled as the policy declares (SGLang's flag names)."""
+def add_input_flags(parser, policy, defaults: dict | None = None):
+    """One option per policy input flag, spelled as the policy declares (SGLang's flag names),
+    and SGLang's options the inputs derive from (--model-path, --hisparse-config). Every spelling
+    keeps its own destination, so two spellings of one input with different values are an error
+    (C501), not a silent last-one-wins. `defaults` overrides the default the help shows, for a
+    command that sets an input itself. A flag that collides with one of the command's own options
+    is a policy error (E309), never an argparse crash."""
+    defaults = defaults or {}
     group = parser.add_argument_group(f"config inputs of {policy.ref}")
+    try:
+        _add_input_flags(parser, group, policy, defaults)
+    except argparse.ArgumentError as exc:
+        raise HisparseError([Problem("E309", f"{policy.ref}: an input flag collides with an option of "
+                                     f"{parser.prog}: {exc}", policy.file)]) from None
+
+
+def _add_input_flags(parser, group, policy, defaults: dict) -> None:
     for name, spec in policy.inputs.items():
         help_text = spec.description or ""
-        if spec.type == "bool":
-            group.add_argument(*spec.flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{help_text} (default {str(spec.default).lower()})")
-        else:
-            kind = int if spec.type == "int" else str
-            values = "|".join(str(v) for v in spec.values)
-            metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
-            domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
-            default = "unset" if spec.default is None else spec.default
-            group.add_argument(*spec.flags, dest=name, type=kind, default=None, metavar=metavar,
-                               help=f"{help_text} [{domain}; default {default}]")
+        shown_default = defaults.get(name, spec.default)
+        kind = int_arg if spec.type == "int" else str
+        metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
+        for i, flag in enumerate(spec.flags):
+            other = f"another spelling of {spec.flag}" if i else ""
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__flag{i}", action=argparse.BooleanOptionalAction,
+                                   default=None, help=other or f"{help_text} (default {str(shown_default).lower()})")
+            else:
+                values = "|".join(str(v) for v in spec.values)
+                domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
+                default = "unset" if shown_default is None else shown_default
+                group.add_argument(flag, dest=f"{name}__flag{i}", type=kind, default=None, metavar=metavar,
+                                   help=other or f"{help_text} [{domain}; default {default}]")
         for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
             if spec.type == "bool":
                 group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
                                    default=None, help=f"deprecated spelling of {spec.flag}")
             else:
-                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=int if spec.type == "int" else str,
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
                                    default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
+        for i, flag in enumerate(spec.removed):  # parsed only to be refused (C501) naming the replacement
+            group.add_argument(flag, dest=f"{name}__removed{i}", nargs="?", const=True, default=None,
+                               help=argparse.SUPPRESS)
+    from .given import MODEL_KEYS, OPTIONS
+
+    sglang = parser.add_argument_group("SGLang options the inputs are read from")
+    for i, key in enumerate(MODEL_KEYS):
+        sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="PATH",
+                            help=("the model (a local folder: its config.json; a hub name: the name table) "
+                                  "decides dsa_model and model_family") if not i else f"as --{MODEL_KEYS[0]}")
+    for primary, (aliases, targets) in OPTIONS.items():
+        for key in (primary,) + aliases:
+            sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="JSON",
+                                help=f"SGLang's JSON option ({', '.join(targets)})" if key == primary
+                                else f"as --{primary}")
+
+
+def flag_values(policy, ns) -> dict:
+    """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
+    the config is evaluated; errors name what was typed)."""
+    from .given import MODEL_KEYS, OPTIONS
+
+    given = {}
+    for name, spec in policy.inputs.items():
+        for i, flag in enumerate(spec.flags):
+            value = getattr(ns, f"{name}__flag{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.deprecated):
+            value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.removed):
+            value = getattr(ns, f"{name}__removed{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+        value = getattr(ns, f"sglang__{key}", None)
+        if value is not None:
+            given[key] = value
+    return given
 
 
 def split_launch(argv):
@@ -84,40 +167,40 @@ def split_launch(argv):
     return argv, None
 
 
-def config_from_args(policy, ns, config_file=None, launch=None) -> dict:
-    """The launch command after `--` (if any), then --config FILE (lenient: unrelated SGLang keys
-    are ignored, with a note), then flags: later sources win. Keys keep the spelling they were
-    given in (a deprecated flag is logged when the config is evaluated); each source is
-    validated as it is read, so errors name the file, line or flag."""
-    from .config import merge_config
+def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> list:
+    """The sources of a config, lowest first: the command's own base (attend), the launch command
+    after `--` (its --config file, then its flags), --config FILE (lenient: unrelated SGLang keys
+    are ignored, with a note), then hisparse's flags. Each is read by engine/given.py, the one
+    path for every source, and validated as it is read, so errors name the file, line or flag."""
+    from .given import read_layer
 
-    config: dict = {}
+    layers = []
+    if base:
+        layers.append(read_layer(policy, base, "the command's defaults"))
     if launch is not None:
-        from .sglang import config_from_launch
+        from .sglang import launch_layers
 
-        config, notes = config_from_launch(policy, launch)
+        more, notes = launch_layers(policy, launch)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    if config_file:
-        from .config import load_config_file
+        layers += more
+    if config_file is not None:
+        from .config import config_layer
 
-        from_file, ignored = load_config_file(policy, config_file)
-        config = merge_config(policy, config, from_file)
-        if ignored:
-            shown = ", ".join(ignored[:8]) + (" ..." if len(ignored) > 8 else "")
-            print(f"note: {config_file}: ignored {len(ignored)} key(s) the policy does not read: {shown}",
-                  file=sys.stderr)
-    flags = {}
-    for name, spec in policy.inputs.items():
-        for i, flag in enumerate(spec.deprecated):
-            value = getattr(ns, f"{name}__deprecated{i}", None)
-            if value is not None:
-                flags[flag[2:]] = value
-        value = getattr(ns, name, None)
-        if value is not None:
-            flags[spec.flag[2:]] = value  # spelled as the flag, so errors name what was typed
-    policy.normalize(flags)
-    return merge_config(policy, config, flags)
+        layers.append(config_layer(policy, config_file))
+    layers.append(read_layer(policy, flag_values(policy, ns), "the command line"))
+    return layers
+
+
+def combined(policy, layers, said=()):
+    """The layers combined (engine.given.Given); notes not already said go to stderr."""
+    from .given import combine
+
+    g = combine(policy, layers)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: {note}", file=sys.stderr)
+    return g
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -128,7 +211,7 @@ def print_problems(problems, stream=None) -> None:
 
 
 def _emit_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.write(escape_json(json.dumps(obj, ensure_ascii=False)) + "\n")
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -149,14 +232,19 @@ def cmd_evaluate(argv) -> int:
                         help="append one JSON line per decision (time, policy identity, input, decision)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    base = config_from_args(policy, ns, ns.config, launch)
+    layers = layers_from_args(policy, ns, ns.config, launch)
+    g = combined(policy, layers)
+    if ns.record:
+        from .streams import check_record_target
+
+        check_record_target(ns.record)
     if ns.batch:
-        return _batch(policy, base, ns.batch, ns.format or "json", ns.record)
-    decision = policy.evaluate(base)
+        return _batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
+    decision = policy.evaluate(g.config)
     if ns.record:
         from .records import append_records
 
-        append_records(ns.record, [decision])
+        append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
         _emit_json(decision.to_dict())
     else:
@@ -166,27 +254,39 @@ def cmd_evaluate(argv) -> int:
     return OK if decision.ok else VIOLATION
 
 
-def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None) -> int:
+def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
     """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
     at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
-    own error object and every other line is still evaluated, in order."""
-    if source == "-":
-        stream = getattr(sys.stdin, "buffer", sys.stdin)
-    else:
-        try:
-            stream = open(source, "rb")
-        except OSError as exc:
-            raise ConfigError([Problem("C504", f"cannot read batch file: {exc.strerror or exc}", source)]) from None
+    own error object and every other line is still evaluated, in order. The source is a regular
+    file or a pipe (stdin, a FIFO, `<(...)`): a device such as /dev/zero never ends and is refused,
+    and a line running on for MAX_LINE_FACTOR times the limit without a newline stops the batch."""
+    from .streams import RUNAWAY, MAX_LINE_FACTOR, lines_of, open_stream
     from .reading import max_file_bytes
 
+    stream = open_stream("batch input" if source == "-" else "batch file", source)
+
     worst = OK
+    lines = lines_of(stream, max_file_bytes())
+    number = 0
     try:
-        for number, line in enumerate(_lines(stream, max_file_bytes()), 1):
-            result, status, decision = _batch_line(policy, base, line, number)
+        while True:
+            try:  # only reading is guarded here: a failed write is the output's error, not the input's
+                line = next(lines, None)
+            except OSError as exc:
+                raise ConfigError([Problem("C504", f"cannot read batch input: {exc.strerror or exc}",
+                                           source)]) from None
+            if line is None:
+                break
+            number += 1
+            if line is RUNAWAY:
+                raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
+                                           "bytes without a newline; stopped reading", source,
+                                           hint="one JSON object per line")])
+            result, status, decision, given = _batch_line(policy, base, said, line, number)
             if record and decision is not None:
                 from .records import append_records
 
-                append_records(record, [decision])
+                append_records(record, [decision], [given])
             worst = max(worst, status)
             if fmt == "json":
                 _emit_json(result)
@@ -194,36 +294,13 @@ def _batch(policy, base: dict, source: str, fmt: str, record: str | None = None)
                 print(_batch_text(policy, result, number))
             if source == "-":  # a pipe: answer each line as it comes
                 sys.stdout.flush()
-    except OSError as exc:
-        raise ConfigError([Problem("C504", f"cannot read batch input: {exc.strerror or exc}", source)]) from None
     finally:
         if source != "-":
             stream.close()
     return worst
 
 
-def _lines(stream, limit: int):
-    """The lines of `stream` (bytes, or str for a text stream), each at most `limit` bytes; a
-    longer line is skipped without being held in memory and given as _TOO_LONG."""
-    while True:
-        line = stream.readline(limit + 1)
-        if not line:
-            return
-        newline = b"\n" if isinstance(line, bytes) else "\n"
-        if len(line) > limit and not line.endswith(newline):
-            while True:  # drop the rest of the line, a bounded chunk at a time
-                more = stream.readline(1 << 16)
-                if not more or more.endswith(newline):
-                    break
-            yield _TOO_LONG
-        else:
-            yield line
-
-
-_TOO_LONG = object()
-
-
-def _batch_line(policy, base, line, number: int):
+def _batch_line(policy, base, said, line, number: int):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}
@@ -231,9 +308,11 @@ def _batch_line(policy, base, line, number: int):
             err["hint"] = first.hint
         if len(problems) > 1:
             err["more"] = [p.to_dict() for p in problems[1:]]
-        return {"ok": False, "line": number, "error": err}, ERROR, None
+        return {"ok": False, "line": number, "error": err}, ERROR, None, None
 
-    if line is _TOO_LONG:
+    from .streams import TOO_LONG
+
+    if line is TOO_LONG:
         from .reading import max_file_bytes
 
         return bad([Problem("C505", f"line longer than {max_file_bytes()} bytes (HISPARSE_MAX_FILE_BYTES)")])
@@ -257,15 +336,19 @@ def _batch_line(policy, base, line, number: int):
         return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
-    try:
-        from .config import merge_config
+    try:  # the line is one more source, read as every other source is
+        from .given import combine, read_layer
 
-        d = policy.evaluate(merge_config(policy, base, obj))
+        g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
+        d = policy.evaluate(g.config)
     except ConfigError as exc:
         return bad(exc.problems)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: line {number}: {note}", file=sys.stderr)
     out = d.to_dict()
     out["line"] = number
-    return out, (OK if d.ok else VIOLATION), d
+    return out, (OK if d.ok else VIOLATION), d, g.given
 
 
 def _batch_text(policy, result: dict, number: int) -> str:
@@ -287,7 +370,7 @@ def cmd_explain(argv) -> int:
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = config_from_args(policy, ns, ns.config, launch)
+    config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
     from .render import explanation_text
 
@@ -334,13 +417,14 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="compare only configs with this input value (repeatable)")
-    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+    parser.add_argument("--max-patterns", type=int_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from .diff import diff, diff_text
     from .loader import load_policy
 
-    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where)
+    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
+                  progress=Progress("diff: configs", 0))
     if ns.format == "json":
         _emit_json(result)
     else:
@@ -360,8 +444,8 @@ def cmd_table(argv) -> int:
     from .loader import load_policy
     from .table import parse_where, routing_rows, table_text
 
-    policy = load_policy(ns.policy or default_policy_ref(), ns.policy_dir)
-    result = routing_rows(policy, parse_where(policy, ns.where))
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
+    result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
     if ns.format == "json":
         _emit_json(result)
     else:
@@ -395,14 +479,20 @@ def cmd_replay(argv) -> int:
     parser = _Parser(prog="hisparse replay",
                      description="Re-evaluate the inputs of recorded decisions (--record) against a policy and "
                                  "show what would change.")
-    parser.add_argument("file", metavar="FILE", help="a record file written by --record")
+    parser.add_argument("file", metavar="FILE", help="a record file written by --record (or a pipe)")
     add_policy_options(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    from .records import MAX_RECORDS
+
+    parser.add_argument("--max-records", type=int_arg, default=MAX_RECORDS, metavar="N",
+                        help=f"stop with an error after N records (default {MAX_RECORDS:,}); each line is "
+                             "at most HISPARSE_MAX_FILE_BYTES")
     ns = parser.parse_args(argv)
     from .loader import load_policy
     from .records import replay, replay_text
 
-    result = replay(ns.file, load_policy(ns.policy or default_policy_ref(), ns.policy_dir))
+    result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
+                    max_records=max(ns.max_records, 0))
     if ns.format == "json":
         _emit_json(result)
     else:
@@ -412,35 +502,59 @@ def cmd_replay(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
+# attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs
+# (v3 declares them); for a policy without them attend adds the same flags itself.
+WORKLOAD_INPUTS = {"hisparse_top_k": "--hisparse-top-k", "hisparse_device_buffer_size": "--hisparse-device-buffer-size"}
+ATTEND_ON = ("enable_hisparse", "disable_radix_cache")  # what attend turns on unless told otherwise
+BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.13.0 numpy` (CPU), "
+               "or `pip install -e '.[bridge]'` after a CUDA build of torch")
+
+
 def cmd_attend(argv) -> int:
     policy = _pre_policy(argv)
     parser = _Parser(prog="hisparse attend",
                      description="A synthetic DSA decode workload end to end: the policy picks the decode "
                                  "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
-                                 "HiSparse is on and the radix cache off unless the flags say otherwise.")
+                                 "HiSparse is on and the radix cache off unless the flags say otherwise; "
+                                 "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
+                                 "2048 and 2 x top-k), checked by the policy with the rest of the config.")
     add_policy_options(parser)
     w = parser.add_argument_group("workload")
-    w.add_argument("--requests", type=int, default=4, help="requests decoded together (default 4)")
-    w.add_argument("--context", type=int, default=4096, help="tokens of KV per request at the start (default 4096)")
-    w.add_argument("--heads", type=int, default=128, help="query heads: 64 or 128 (default 128)")
-    w.add_argument("--top-k", type=int, default=512, help="positions the indexer picks per step (default 512)")
-    w.add_argument("--buffer-size", type=int, default=1024, help="hot-buffer slots per request (default 1024)")
-    w.add_argument("--steps", type=int, default=8, help="decode steps (default 8)")
+    w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
+    w.add_argument("--context", type=int_arg, default=4096, help="tokens of KV per request at the start (default 4096)")
+    w.add_argument("--heads", type=int_arg, default=128, help="query heads: 64 or 128 (default 128)")
+    for name, flag in WORKLOAD_INPUTS.items():
+        if name not in policy.inputs:  # the policy does not declare it: attend's own option
+            what = ("positions the indexer picks per step (default 2048)" if name == "hisparse_top_k"
+                    else "hot-buffer slots per request, a multiple of 64 (default 2 x top-k)")
+            w.add_argument(flag, dest=name, type=int_arg, default=None, help=what)
+    w.add_argument("--steps", type=int_arg, default=8, help="decode steps (default 8)")
     w.add_argument("--locality", type=float, default=0.7,
                    help="share of the top-k kept from the previous step (default 0.7)")
-    w.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    w.add_argument("--seed", type=int_arg, default=0, help="random seed, 0 to 2**63-1 (default 0)")
     w.add_argument("--provider", choices=("auto", "reference", "flashmla"), default="auto")
-    w.add_argument("--device", default="cpu", help="where the hot buffer and kernels run (default cpu)")
-    w.add_argument("--threads", type=int, metavar="N",
+    w.add_argument("--device", default="cpu", help="where the hot buffer and kernels run: cpu, cuda or "
+                                                   "cuda:N (default cpu)")
+    w.add_argument("--max-memory", metavar="SIZE",
+                   help="refuse a workload needing more (bytes, or 512M, 8G ...); default: half of the "
+                        "memory this process can still take ($HISPARSE_MEMORY_LIMIT)")
+    w.add_argument("--threads", type=int_arg, metavar="N",
                    help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
                         "loaded machine 1 is often faster)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    add_input_flags(parser, policy)
+    add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
-    base = {name: True for name in ("enable_hisparse", "disable_radix_cache") if name in policy.inputs}
-    from .config import merge_config
-
-    config = merge_config(policy, base, config_from_args(policy, ns))
+    base = {name: True for name in ATTEND_ON if name in policy.inputs}
+    config = combined(policy, layers_from_args(policy, ns, base=base)).config
+    top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
+    top_k = 2048 if top_k is None else top_k
+    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
+                                  getattr(ns, "hisparse_device_buffer_size", None))
+    buffer_size = 2 * top_k if buffer_size is None else buffer_size
+    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
+        if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
+            config = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
+            config[name] = value
     decision = policy.evaluate(config)
     if not decision.ok:
         print(f"REJECTED by {policy.ref}: {decision.error}")
@@ -448,8 +562,7 @@ def cmd_attend(argv) -> int:
     try:
         import torch  # the bridge needs it; say so plainly when it is missing
     except ImportError as exc:
-        print(f"hisparse attend: the kernel bridge needs torch ({exc}); install it with "
-              "`pip install torch==2.13.0` (CPU) or a CUDA build", file=sys.stderr)
+        print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
         return ERROR
     if ns.threads is not None:
         if ns.threads < 1:
@@ -457,20 +570,42 @@ def cmd_attend(argv) -> int:
         torch.set_num_threads(ns.threads)
     from kernels_bridge.errors import BridgeError
     from kernels_bridge.hot_buffer import HotBufferError
-    from kernels_bridge.workload import Workload, report_text, run, stderr_progress
+    from kernels_bridge.resources import parse_size
+    from kernels_bridge.workload import Workload, report_text, run
 
-    work = Workload(ns.requests, ns.context, ns.heads, ns.top_k, ns.buffer_size, ns.steps, ns.locality,
+    max_bytes = None
+    if ns.max_memory is not None:
+        max_bytes = parse_size(ns.max_memory)
+        if max_bytes is None:
+            raise UsageError(f"hisparse attend: --max-memory {shown(ns.max_memory)}: expected a size such as "
+                             "1073741824, 512M or 8G")
+    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
                     ns.seed, ns.provider, ns.device)
     try:
-        report = run(decision, work, progress=stderr_progress)
+        report = run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes)
     except (BridgeError, HotBufferError) as exc:
         print(f"hisparse attend: {exc}", file=sys.stderr)
+        return ERROR
+    except MemoryError:
+        print("hisparse attend: out of memory while building the workload; make it smaller or lower "
+              "--max-memory", file=sys.stderr)
         return ERROR
     if ns.format == "json":
         _emit_json(report)
     else:
         print(report_text(report))
     return OK
+
+
+def _workload_value(policy, config: dict, name: str, own):
+    """The value a workload knob takes: attend's own flag, else the config's (a policy input
+    given as a flag), else the policy's default."""
+    if own is not None or name not in policy.inputs:
+        return own
+    for key, value in config.items():
+        if policy.canonical_key(key) == name:
+            return value
+    return policy.inputs[name].default
 
 
 def cmd_doctor(argv) -> int:
@@ -481,16 +616,91 @@ def cmd_doctor(argv) -> int:
     ns = parser.parse_args(argv)
     try:
         from kernels_bridge.doctor import doctor_report, render_doctor  # imports torch: only here
-    except ImportError as exc:
-        print(f"hisparse doctor: the kernel bridge needs torch ({exc}); install it with "
-              "`pip install torch==2.13.0` (CPU) or a CUDA build", file=sys.stderr)
-        return ERROR
-    report = doctor_report()
+    except ImportError as exc:  # a report all the same: what is missing, and what to install
+        report = _doctor_without_torch(exc)
+        render_doctor = _render_without_torch
+    else:
+        report = doctor_report()
     if ns.format == "json":
         _emit_json(report)
     else:
         print(render_doctor(report))
-    return OK
+    return OK if report["bridge"]["usable"] else VIOLATION
+
+
+def _doctor_without_torch(exc: ImportError) -> dict:
+    import platform
+
+    try:
+        import numpy
+
+        numpy_facts = {"version": numpy.__version__, "error": None}
+    except ImportError as np_exc:
+        numpy_facts = {"version": None, "error": f"{type(np_exc).__name__}: {np_exc}"}
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "bridge": {"usable": False, "reason": f"torch does not import ({type(exc).__name__}: {exc})",
+                       "hint": BRIDGE_HINT},
+            "torch": {"version": None, "error": f"{type(exc).__name__}: {exc}"}, "numpy": numpy_facts,
+            "device": None, "flash_mla": None, "backends": {}}
+
+
+def _render_without_torch(report: dict) -> str:
+    np_facts = report["numpy"]
+    return "\n".join([
+        "kernel bridge doctor",
+        f"  python     {report['python']} ({report['platform']})",
+        f"  torch      does not import: {report['torch']['error']}",
+        f"  numpy      {np_facts['version'] or 'does not import: ' + np_facts['error']}",
+        f"  bridge     not usable: {report['bridge']['hint']}",
+    ])
+
+
+def cmd_conform(argv) -> int:
+    parser = _Parser(prog="hisparse conform",
+                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
+                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
+                                 "a stratified sample, and compare with the policy: acceptance, message, resolved "
+                                 "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
+                                 "SGLang unavailable.")
+    add_policy_options(parser)
+    parser.add_argument("--where", action="append", metavar="NAME=VALUE",
+                        help="run only configs with this input value (repeatable)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="a stratified sample of N configs (every value of every input appears)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="worker processes (default: the CPUs this process may use)")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+                        help="patterns shown per group in text and markdown (default 4; json has all)")
+    ns = parser.parse_args(argv)
+    from .conform import SGLangUnavailable, conform
+    from .conform.sample import axes
+    from .loader import load_policy
+    from .table import parse_where
+
+    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
+    fixed = parse_where(policy, ns.where)
+    widest = max(len(values) for _, values in axes(policy, fixed))
+    if ns.sample is not None and ns.sample < widest:
+        raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
+                         f"every input, so it needs at least {widest} configs")
+    if ns.workers is not None and ns.workers < 1:
+        raise UsageError("hisparse conform: --workers must be at least 1")
+    try:
+        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr)
+    except SGLangUnavailable as exc:
+        print(f"hisparse conform: {exc}", file=sys.stderr)
+        return ERROR
+    from .conform.report import report_text
+
+    if result["warning"] and ns.format != "text":
+        print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
+    if ns.format == "json":
+        _emit_json(result)
+    else:
+        print(report_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+    return OK if result["conformant"] else VIOLATION
 
 
 COMMANDS = {
@@ -500,6 +710,7 @@ COMMANDS = {
     "table": (cmd_table, "the routing table a policy implies"),
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
+    "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
     "attend": (cmd_attend, "run a synthetic HiSparse decode workload through the policy's backend"),
     "doctor": (cmd_doctor, "what the kernel bridge can run here, and why"),
@@ -527,7 +738,29 @@ def _tolerant_output() -> None:
 
 
 def main(argv=None) -> int:
+    """Run one command; every text output goes through engine.output.SafeStream (terminal
+    controls escaped, write failures reported once) and nothing escapes as a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_output()
+    raw_out, raw_err = sys.stdout, sys.stderr
+    sys.stdout = SafeStream(raw_out, "stdout", strict=True)
+    sys.stderr = SafeStream(raw_err, "stderr", strict=False)
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()
+        return code
+    except OutputError as exc:
+        print(f"hisparse: {exc}", file=sys.stderr)
+        silence(raw_out)
+        return ERROR
+    except BrokenPipeError:  # e.g. piped into head: the reader left, not an error of ours
+        silence(raw_out)
+        return OK
+    finally:
+        sys.stdout, sys.stderr = raw_out, raw_err
+
+
+def _dispatch(argv) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return OK if argv else ERROR
@@ -536,11 +769,10 @@ def main(argv=None) -> int:
 
         print(f"hisparse {__version__}")
         return OK
-    _tolerant_output()
     command = COMMANDS.get(argv[0])
     if command is None:
         hint = did_you_mean(argv[0], COMMANDS)
-        print(f"hisparse: unknown command '{argv[0]}'; {hint}", file=sys.stderr)
+        print(f"hisparse: unknown command {shown(argv[0])}; {hint}", file=sys.stderr)
         return ERROR
     try:
         return command[0](argv[1:])
@@ -550,19 +782,15 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return ERROR
-    except BrokenPipeError:  # e.g. piped into head: not an error of ours
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return OK
+    except (OutputError, BrokenPipeError):
+        raise
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug of ours: say so in one line, keep the traceback for debugging
         if os.environ.get("HISPARSE_DEBUG"):
             raise
-        print(f"hisparse: internal error: {type(exc).__name__}: {exc} (set HISPARSE_DEBUG=1 for the "
-              "traceback)", file=sys.stderr)
+        print(f"hisparse: internal error: {type(exc).__name__}: {clip(str(exc), 400)} (set HISPARSE_DEBUG=1 "
+              "for the traceback)", file=sys.stderr)
         return ERROR
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .conditions import Cond, TrueCond
 from .model import INT_MAX, INT_MIN, Rule, Table
-from .templates import Literal, Template, render_set
+from .templates import Literal, Template, render_field
 
 
 class _Emitter:
@@ -115,7 +115,12 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
                 if not rule.set and rule.log is None and rule.require is None:
                     e.emit("pass")
 
-    # defaults: the first matching rule fills each unset phase
+    # defaults: the first matching rule fills each unset phase; with checks placed `at: defaults`,
+    # its log line waits for them (upstream raises inside its backend step, before logging)
+    checks = policy.stages["checks"]
+    early = [r for r in checks.rules if r.at == "defaults"]
+    if early:
+        e.emit("dlog = None")
     st = policy.stages["defaults"]
     with _block(e, st.when, var):
         if counting:  # every default whose condition holds, chosen or not
@@ -134,25 +139,34 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
                 e.emit(f"    {v} = {backend!r}")
                 e.emit(f"    s_{ph} = {rule.name!r}")
             if rule.log is not None:
-                e.emit(f"log.append({rule.log.fstring(tpl)})")
+                e.emit(f"{'dlog = ' if early else 'log.append('}{rule.log.fstring(tpl)}{'' if early else ')'}")
             if not rule.set and rule.log is None:
                 e.emit("pass")
             e.depth -= 1
             if isinstance(rule.when, TrueCond):
                 break  # an unconditional default always wins: the rules after it never run
 
+    def run_checks(rules):
+        with _block(e, checks.when, var):
+            for rule in rules:
+                e.emit(f"# check {_comment(rule.name)} (line {rule.line})")
+                if rule.for_each_phase:
+                    for ph, spec in policy.phases.items():
+                        pvar = dict(var, backend=var[spec.input], phase=repr(ph))
+                        ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
+                        _check(e, rule, index[id(rule)], pvar, ptpl, ph, counting)
+                else:
+                    _check(e, rule, index[id(rule)], var, tpl, None, counting)
+
+    if early:  # a failure stops evaluation before the default's log line
+        run_checks(early)
+        e.emit("if viol:")
+        for line in finish:
+            e.emit(f"    {line}")
+        e.emit("if dlog is not None:")
+        e.emit("    log.append(dlog)")
     # checks: every failure is a violation, in order
-    st = policy.stages["checks"]
-    with _block(e, st.when, var):
-        for rule in st.rules:
-            e.emit(f"# check {_comment(rule.name)} (line {rule.line})")
-            if rule.for_each_phase:
-                for ph, spec in policy.phases.items():
-                    pvar = dict(var, backend=var[spec.input], phase=repr(ph))
-                    ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
-                    _check(e, rule, index[id(rule)], pvar, ptpl, ph, counting)
-            else:
-                _check(e, rule, index[id(rule)], var, tpl, None, counting)
+    run_checks([r for r in checks.rules if r.at != "defaults"])
     e.emit(finish[0])
 
     head = "def _probe(configs, sink, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
@@ -200,11 +214,11 @@ def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str |
         leaves: list[frozenset] = []
         choice = _table_expr(rule.allowed, var, leaves)
         sets = e.const("sets", tuple(leaves))
-        specs = {f.spec for f in rule.message.fields if f.name == "allowed"}
+        forms = {(f.spec, f.conversion) for f in rule.message.fields if f.name == "allowed"}
         local_tpl = dict(tpl)
-        for spec in specs:
-            texts = e.const("text", tuple(render_set(s, spec) for s in leaves))
-            local_tpl[("allowed", spec)] = f"{texts}[_i]"
+        for spec, conversion in sorted(forms):  # each form's text per set, by the one renderer
+            texts = e.const("text", tuple(render_field(s, spec, conversion) for s in leaves))
+            local_tpl[("allowed", spec, conversion)] = f"{texts}[_i]"
         e.emit(f"_i = {choice}")
         e.emit(f"if {var['backend']} not in {sets}[_i]:")
         e.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(local_tpl)}))")

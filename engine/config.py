@@ -25,29 +25,10 @@ def read_config_file(path: str):
     return doc
 
 
-def load_config_file(policy, path: str) -> tuple[dict, list[str]]:
-    """(config, keys ignored as unrelated to the policy) from an SGLang config file. The config
-    keeps the file's spellings (validated); SGLang's JSON-valued options (--hisparse-config)
-    are expanded into the inputs they carry."""
-    from .sglang import expand_json_options
+def config_layer(policy, path: str):
+    """The file as a layer (engine/given.py), lenient: keys the policy does not read are
+    ignored (SGLang config files carry many), a near miss of one it reads is an error."""
+    from .given import read_layer
 
     doc = read_config_file(path)
-    data, problems = expand_json_options(policy, doc.data, path)
-    if problems:
-        raise ConfigError(problems)
-    _, ignored = policy.normalize_lenient(data, file=path, doc=doc)
-    kept = {k: v for k, v in data.items() if policy.canonical_key(k) is not None}
-    return kept, ignored
-
-
-def merge_config(policy, base: dict, extra: dict) -> dict:
-    """`base` updated with `extra`, where a key of `extra` replaces every spelling of the same
-    input in `base` (kv-cache-dtype replaces kv_cache_dtype)."""
-    out = dict(base)
-    for key, value in extra.items():
-        name = policy.canonical_key(key)
-        if name is not None:  # an unknown key is left for evaluation to report
-            for old in [k for k in out if policy.canonical_key(k) == name]:
-                del out[old]
-        out[key] = value
-    return out
+    return read_layer(policy, doc.data, path, file=path, doc=doc, lenient=True)

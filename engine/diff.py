@@ -89,14 +89,18 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
 MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
 
 
+PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
+
+
 def check_size(size: int, what: str) -> None:
     if size > MAX_CONFIGS:
         raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
                                    "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
 
 
-def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
-    """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples."""
+def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=None) -> dict:
+    """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples.
+    `progress(done, total)`, when given, is called every PROGRESS_EVERY configs and at the end."""
     axes = union_axes(a, b)
     fixed = restrict(a, b, axes, where)
     sizes = [len(ax.values) for ax in axes]
@@ -111,6 +115,8 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
         scaled = [x * wide for x in ids_a]
         pairs = map(int.__add__, map(scaled.__getitem__, domain.projection(sizes, kept_a)),
                     iter(ids_b) if len(kept_b) == len(axes) else map(ids_b.__getitem__, domain.projection(sizes, kept_b)))
+        if progress is not None:
+            pairs = _reporting(pairs, total, progress)
         for k, pair in enumerate(pairs):
             points = group_of.get(pair, _UNSEEN)
             if points is _UNSEEN:
@@ -118,6 +124,8 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
                 points = group_of[pair] = None if cls is None else grouped.setdefault((cls, key), [])
             if points is not None:
                 points.append(k)
+    if progress is not None:
+        progress(total, total)
     counts = dict.fromkeys(CLASSES, 0)
     for (cls, _), points in grouped.items():
         counts[cls] += len(points)
@@ -163,6 +171,20 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None) -> dict:
 
 
 _UNSEEN = object()
+
+
+def _reporting(items, total: int, progress):
+    """`items`, calling progress(done, total) after every PROGRESS_EVERY of them (a block at a
+    time, so the loop over them tests nothing per item)."""
+    done = 0
+    while True:
+        block = list(itertools.islice(items, PROGRESS_EVERY))
+        if not block:
+            return
+        yield from block
+        done += len(block)
+        if len(block) == PROGRESS_EVERY:
+            progress(done, total)
 
 
 def _side(policy, axes, side: str, other_written: set):

@@ -2,6 +2,8 @@
 every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 
@@ -14,9 +16,38 @@ def codes_table() -> str:
     return "\n".join(rows)
 
 
+CONFORMANCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "conformance")
+
+
+def conformance_table() -> str:
+    """One row per saved `hisparse conform --format json` report in docs/conformance/."""
+    rows = ["| policy | models | run against | configs | agree | out of scope | differ | run time |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+    notes = []
+    for name in sorted(os.listdir(CONFORMANCE)) if os.path.isdir(CONFORMANCE) else []:
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(CONFORMANCE, name), encoding="utf-8") as fh:
+            r = json.load(fh)
+        ref = f"{r['policy']['family']}@{r['policy']['version']}"
+        c = r["counts"]
+        scope = f"{r['total']:,}" + (f" (sample, seed {r['sample']['seed']})" if r.get("sample") else "")
+        minutes = f"{r['seconds'] / 60:.0f} min" if r["seconds"] >= 120 else f"{r['seconds']:.0f} s"
+        rows.append(f"| `{ref}` | {r['policy']['upstream']} | SGLang {r['sglang']} | {scope} | {c['agree']:,} | "
+                    f"{c['out_of_scope']:,} | {c['differ']:,} | {minutes}"
+                    + (f" on {r['workers']} workers" if r.get("workers") else "") + " |")
+        for g in r["groups"]:
+            notes.append(f"- `{ref}` vs SGLang {r['sglang']}, {g['count']:,} configs: {g['change']}"
+                         + (f" (where `{g['where']}`)" if g["where"] else
+                            f" (`{g['text'][0]}`)" if len(g["text"]) == 1 else ""))
+    return "\n".join(rows + ([""] + notes if notes else []))
+
+
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
-    out = {"error-codes": codes_table}
+    from .models import models_table
+
+    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
     try:
         from .table import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap
@@ -30,6 +61,9 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
+        from bench.report import accuracy_table
+
+        out["accuracy"] = accuracy_table
     return out
 
 

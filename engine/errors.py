@@ -36,6 +36,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E310": ("bad-table", "an allowed-backend table that does not cover its key or is misplaced"),
     "E311": ("bad-rule", "a rule whose parts do not fit its stage"),
     "E312": ("policy-identity", "family or version do not match the file's place (<family>/v<N>.yaml)"),
+    "E313": ("duplicate-version", "two files of one family name the same version (v1.yaml and v001.yaml)"),
     # deep lint (whole-domain analysis)
     "L401": ("shadowed-default", "a default rule never chosen because earlier rules cover it"),
     "L402": ("dead-rule", "a rule whose condition holds for no config of the declared domain"),
@@ -50,8 +51,9 @@ CODES: dict[str, tuple[str, str]] = {
     "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
     "C506": ("domain-too-large", "a whole-domain operation over more configs than it enumerates (use --where)"),
     # the policy store (safe reload)
-    "S801": ("policy-removed", "a policy file the store loaded was removed; its last good version is kept"),
+    "S801": ("policy-removed", "a policy file the store served was removed; the newest remaining good version is served"),
     "S802": ("internal-load-error", "loading a file failed unexpectedly (a bug); the last good version is kept"),
+    "S803": ("rewritten-in-place", "a policy file changed in place (not renamed into place); its last good content is kept"),
     # policy test files
     "T701": ("test-schema", "a policy test file that does not follow its schema"),
     "T702": ("test-unknown-name", "a test case names a rule, phase or input the policy does not have"),

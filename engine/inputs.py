@@ -1,4 +1,4 @@
-"""A policy's inputs and phases: what evaluating a config needs of the policy, kept apart from
+"""A policy's inputs, phases and upstream: what evaluating a config needs of the policy, kept apart from
 the rule model (model.py) so that a policy loaded from the compiled cache needs neither it nor
 the dataclasses module (whose import alone costs more than the rest of a cached load)."""
 from __future__ import annotations
@@ -29,12 +29,13 @@ class InputSpec(_Record):
     declared backends, nullable, default unset."""
 
     FIELDS = ("name", "type", "values", "default", "nullable", "minimum", "maximum", "description", "flags",
-              "phase", "path", "deprecated")
+              "phase", "path", "deprecated", "removed")
     __slots__ = FIELDS
 
     def __init__(self, name: str, type: str, values: tuple, default, nullable: bool = False,
                  minimum: int | None = None, maximum: int | None = None, description: str = "",
-                 flags: tuple = (), phase: str | None = None, path: tuple = (), deprecated: dict | None = None):
+                 flags: tuple = (), phase: str | None = None, path: tuple = (), deprecated: dict | None = None,
+                 removed: dict | None = None):
         self.name = name
         self.type = type  # bool | enum | int
         self.values = values  # enum: allowed values; int: representative values; bool: (False, True)
@@ -47,6 +48,7 @@ class InputSpec(_Record):
         self.phase = phase  # the phase this input holds the backend of
         self.path = path
         self.deprecated = {} if deprecated is None else deprecated  # deprecated flag -> log line when used
+        self.removed = {} if removed is None else removed  # removed flag -> note naming its replacement
 
     def domain(self) -> list:
         """The values used when the whole domain is enumerated."""
@@ -82,12 +84,59 @@ class InputSpec(_Record):
 
 
 class PhaseSpec(_Record):
-    FIELDS = ("name", "input", "flags", "description", "path")
+    FIELDS = ("name", "input", "flags", "description", "path", "backends")
     __slots__ = FIELDS
 
-    def __init__(self, name: str, input: str, flags: tuple = (), description: str = "", path: tuple = ()):
+    def __init__(self, name: str, input: str, flags: tuple = (), description: str = "", path: tuple = (),
+                 backends: tuple = ()):
         self.name = name
         self.input = input
         self.flags = flags
         self.description = description
         self.path = path
+        self.backends = backends  # the backends this phase accepts
+
+
+class Upstream(_Record):
+    """What a policy version models (see the schema's `upstream`). Immutable and hashable, like
+    the frozen dataclass it stands for."""
+
+    FIELDS = ("project", "version", "commit", "pr", "note", "leaves_out")
+    __slots__ = FIELDS
+
+    def __init__(self, project: str, version: str | None = None, commit: str | None = None,
+                 pr: int | None = None, note: str = "", leaves_out: tuple = ()):
+        for name, value in zip(self.FIELDS, (project, version, commit, pr, note, leaves_out)):
+            object.__setattr__(self, name, value)  # leaves_out: ((where, why), ...)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Upstream is immutable: cannot set {name!r}")
+
+    __delattr__ = __setattr__
+
+    def __hash__(self):
+        return hash(self._fields())
+
+    def label(self) -> str:
+        """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
+        parts = [self.project]
+        if self.version:
+            parts.append(self.version)
+        if self.pr:
+            parts.append(f"PR #{self.pr}")
+        if self.commit:
+            parts.append(f"({self.commit[:12]})" if len(parts) > 1 else self.commit[:12])
+        return " ".join(parts)
+
+    def left_out(self, where: str | None) -> str | None:
+        """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
+        if not where:
+            return None
+        path, _, rest = where.partition(":")
+        func = rest.split(" ", 1)[1] if " " in rest else ""
+        for place, why in self.leaves_out:
+            p_path, _, p_func = place.partition(":")
+            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
+            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
+                return why
+        return None

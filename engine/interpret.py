@@ -9,6 +9,8 @@ Semantics, in order:
    its `log` line is emitted (rendered after the rewrite).
 2. defaults (when its stage condition holds): the first rule whose `when` holds fills every phase
    that is still unset and emits its log line (rendered with the phases' final values).
+   Checks placed `at: defaults` run here, after the phases are filled and before that log line:
+   if any fails, evaluation stops and the line is never emitted (upstream raises there).
 3. checks (when its stage condition holds): every check whose `when` holds and whose requirement
    fails is a violation, in order; per-phase checks run once per phase, in declared order, with
    {phase} and {backend} bound.
@@ -79,6 +81,45 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
             trace.add(stage.name, None, holds, stage.when.explain(env, user_set))
         return holds
 
+    def run_checks(rules, label="checks") -> bool:
+        """Run `rules` (checks) in order, when the checks stage's condition holds; whether any failed."""
+        stage = policy.stages["checks"]
+        holds = stage.when.eval(env, user_set)
+        if trace is not None:
+            trace.add(label, None, holds, stage.when.explain(env, user_set))
+        if not holds:
+            return False
+        before = len(raw)
+        for rule in rules:
+            for ph in (phases if rule.for_each_phase else (None,)):
+                bound = {}
+                if ph is not None:
+                    bound = {"phase": ph, "backend": env[phases[ph].input]}
+                scope = dict(env, **bound)
+                holds = rule.when.eval(scope, user_set)
+                why = rule.when.explain(scope, user_set)
+                step = trace.add("checks", rule, holds, why, phase=ph) if trace else None
+                if not holds:
+                    continue
+                if rule.require is not None:
+                    passed = rule.require.eval(scope, user_set)
+                    extra = {}
+                    if step:
+                        step.why = why + rule.require.explain(scope, user_set)
+                else:
+                    allowed = rule.allowed.lookup(scope)
+                    passed = bound["backend"] in allowed
+                    extra = {"allowed": allowed}
+                    if step:
+                        step.why = why + [(passed, f"backend {bound['backend']} in allowed "
+                                                   f"{sorted(allowed)}")]
+                if not passed:
+                    raw.append((index[id(rule)], ph, rule.message.render(ctx(dict(bound, **extra)))))
+                if step:
+                    step.violated = not passed
+                    step.outcome = "violated" if not passed else "passed"
+        return len(raw) > before
+
     # 1. resolve
     stage = policy.stages["resolve"]
     if stage_on(stage):
@@ -114,6 +155,8 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
                 step.outcome = "; ".join(done)
 
     # 2. defaults
+    pending = None  # the chosen default's log line
+    chosen = None  # its trace step
     stage = policy.stages["defaults"]
     if stage_on(stage):
         if trace is not None:
@@ -133,43 +176,26 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
                 else:
                     done.append(f"{ph} stays {env[key]} ({'user' if user_set[ph] else sources[ph]})")
             if rule.log is not None:
-                line = rule.log.render(ctx())
-                log.append(line)
-                done.append(f"log: {line}")
+                pending = rule.log.render(ctx())
+                done.append(f"log: {pending}")
             if step:
                 step.chosen = True
                 step.outcome = "; ".join(done)
+                chosen = step
             break
 
+    checks = policy.stages["checks"]
+    early = [r for r in checks.rules if r.at == "defaults"]
+    if early:
+        if run_checks(early, "checks_at_defaults"):
+            if trace is not None:
+                trace.stopped_by = policy.rule_list[raw[0][0]]
+                if chosen is not None and pending is not None:
+                    chosen.outcome += " (not emitted: a check at defaults failed)"
+            return finish()
+    if pending is not None:
+        log.append(pending)
+
     # 3. checks
-    stage = policy.stages["checks"]
-    if stage_on(stage):
-        for rule in stage.rules:
-            for ph in (phases if rule.for_each_phase else (None,)):
-                bound = {}
-                if ph is not None:
-                    bound = {"phase": ph, "backend": env[phases[ph].input]}
-                scope = dict(env, **bound)
-                holds = rule.when.eval(scope, user_set)
-                why = rule.when.explain(scope, user_set)
-                step = trace.add("checks", rule, holds, why, phase=ph) if trace else None
-                if not holds:
-                    continue
-                if rule.require is not None:
-                    passed = rule.require.eval(scope, user_set)
-                    extra = {}
-                    if step:
-                        step.why = why + rule.require.explain(scope, user_set)
-                else:
-                    allowed = rule.allowed.lookup(scope)
-                    passed = bound["backend"] in allowed
-                    extra = {"allowed": allowed}
-                    if step:
-                        step.why = why + [(passed, f"backend {bound['backend']} in allowed "
-                                                   f"{sorted(allowed)}")]
-                if not passed:
-                    raw.append((index[id(rule)], ph, rule.message.render(ctx(dict(bound, **extra)))))
-                if step:
-                    step.violated = not passed
-                    step.outcome = "violated" if not passed else "passed"
+    run_checks([r for r in checks.rules if r.at != "defaults"])
     return finish()

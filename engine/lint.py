@@ -4,7 +4,8 @@ bulk (domain.py; the interpreter only to name the winners of a shadowed default)
 
 L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
 L402 dead-rule          a rule whose condition holds for no config
-L403 self-contradiction a default backend that the policy's own checks reject (with a counterexample)
+L403 self-contradiction a default backend that the policy's own checks reject, at defaults or after
+                        (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
 """
@@ -113,6 +114,7 @@ def _domain_lint(policy) -> list[Problem]:
     contradiction: dict[str, tuple] = {}
     defaults = {r.name for r in policy.stages["defaults"].rules}
     phase_index = {ph: i for i, ph in enumerate(policy.phase_names)}
+    reads = _phases_read(policy)
     names = policy.input_names
     domains = [policy.inputs[n].domain() for n in names]
     # A default fills only a phase the config leaves unset, so L403's counterexamples (the first,
@@ -145,7 +147,14 @@ def _domain_lint(policy) -> list[Problem]:
             for chunk in domain.results(policy, configs, held, chosen):
                 for (_, sources, _, viol), combo in zip(chunk, again):  # the chunk first: zip stops there
                     for index, phase, message in viol:
-                        src = sources[phase_index[phase]] if phase is not None else None
+                        if phase is not None:
+                            src = sources[phase_index[phase]]
+                        elif index in reads:  # a whole-config check (at: defaults or not): blame the
+                            # default that filled every phase it reads, when one did
+                            filled = {sources[phase_index[ph]] for ph in reads[index]}
+                            src = filled.pop() if len(filled) == 1 else None
+                        else:
+                            continue
                         if src in defaults and src not in contradiction:
                             contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
     out = []
@@ -165,6 +174,21 @@ def _domain_lint(policy) -> list[Problem]:
         shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
         out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{check}' "
                             f"rejects, e.g. for {shown}: {message}", rule.path))
+    return out
+
+
+def _phases_read(policy) -> dict:
+    """Rule index -> the phases whose backend a check without for_each reads (in `when` or
+    `require`), for the checks that read any."""
+    by_input = {spec.input: ph for ph, spec in policy.phases.items()}
+    out = {}
+    for i, rule in enumerate(policy.rule_list):
+        if rule.stage != "checks" or rule.for_each_phase:
+            continue
+        names = rule.when.inputs() | (rule.require.inputs() if rule.require is not None else set())
+        phases = {by_input[n] for n in names if n in by_input}
+        if phases:
+            out[i] = phases
     return out
 
 

@@ -14,10 +14,11 @@ import _thread
 from collections import OrderedDict
 
 from . import cache
-from .errors import PolicyError, Problem
-from .paths import default_policy_dir, shipped_policy_dir
+from .errors import PolicyError, Problem, clip
+from .paths import default_policy_dir, policy_root, shipped_policy_dir
 from .policy import Policy
 from .reading import ReadError, max_file_bytes, read_bytes, sha256
+from .text import parse_int
 
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
 VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
@@ -32,14 +33,17 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
         return ref
     if not isinstance(ref, str) or not ref:
         raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {ref!r}")])
-    if _looks_like_path(ref):
-        return load_file(ref)
+    if looks_like_path(ref):
+        return load_file(os.path.expanduser(ref), ref)
     path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
 
 
-def _looks_like_path(ref: str) -> bool:
-    return os.sep in ref or "/" in ref or ref.endswith((".yaml", ".yml", ".json")) or os.path.isfile(ref)
+def looks_like_path(ref: str) -> bool:
+    """Whether a reference names a file. Only its spelling decides, never what happens to exist:
+    a file named `nsa-backends` in the working directory must not replace the shipped policy."""
+    return (os.sep in ref or "/" in ref or (os.altsep or "/") in ref
+            or ref.endswith((".yaml", ".yml", ".json")) or ref.startswith((".", "~")))
 
 
 def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
@@ -48,7 +52,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if not m:
         raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
                                    "(e.g. nsa-backends@2) or a path to a .yaml file")])
-    root = policy_dir or default_policy_dir()
+    root = policy_root(policy_dir)
     family, version = m.group("family"), m.group("version")
     families = list_families(root)
     if family not in families:
@@ -60,12 +64,33 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if version is None:
         number = max(versions)
     else:
-        number = int(version)
+        number = parse_int(version)  # None for a number too long to be a version
         if number not in versions:
             listed = ", ".join(f"{family}@{v}" for v in sorted(versions))
-            raise PolicyError([Problem("R601", f"no version {number} of '{family}'", hint=f"available: {listed}")])
-    path = os.path.join(root, family, f"v{number}.yaml")
-    return path, os.path.join(_display_dir(root), family, f"v{number}.yaml")
+            raise PolicyError([Problem("R601", f"no version {clip(version)} of '{family}'",
+                                       hint=f"available: {listed}")])
+    names = version_files(os.path.join(root, family))[number]
+    shown = os.path.join(_display_dir(root), family)
+    if len(names) > 1:
+        raise PolicyError([duplicate_version(family, number, names, shown)])
+    return os.path.join(root, family, names[0]), os.path.join(shown, names[0])
+
+
+def version_files(folder: str) -> dict[int, list[str]]:
+    """version -> the names of the files that say they are that version (v<N>.yaml; v1.yaml and
+    v001.yaml both say 1), sorted. Raises OSError when the folder cannot be listed."""
+    out: dict[int, list[str]] = {}
+    for name in os.listdir(folder):
+        m = VERSION_FILE.fullmatch(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(name)
+    return {v: sorted(names) for v, names in out.items()}
+
+
+def duplicate_version(family: str, version: int, names, folder: str, file: str = "") -> Problem:
+    return Problem("E313", f"version {version} of '{family}' has {len(names)} files: "
+                   + ", ".join(os.path.join(folder, n) for n in names), file,
+                   hint="keep one file per version, named v<N>.yaml")
 
 
 def list_families(root: str | None = None) -> dict[str, list[int]]:
@@ -80,7 +105,10 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
         folder = os.path.join(root, name)
         if name == "schema" or not os.path.isdir(folder):
             continue
-        versions = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := VERSION_FILE.fullmatch(f)))
+        try:
+            versions = sorted(version_files(folder))
+        except OSError:
+            continue
         if versions:
             out[name] = versions
     return out

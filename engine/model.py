@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .conditions import Cond, TrueCond
-from .inputs import INT_MAX, INT_MIN, InputSpec, PhaseSpec  # noqa: F401  (re-exported)
+from .inputs import INT_MAX, INT_MIN, InputSpec, PhaseSpec, Upstream  # noqa: F401  (re-exported)
 from .templates import Template
 
 
@@ -44,7 +44,8 @@ class Rule:
     """A rule of any stage. Which fields are used depends on the stage:
     resolve: set (input -> value), log, require + message;
     defaults: set (phase -> backend), log;
-    checks: for_each_phase, require or allowed, message."""
+    checks: for_each_phase, require or allowed, message, at (defaults: inside the defaults
+    stage, stopping evaluation; checks: after it)."""
 
     stage: str
     index: int
@@ -56,6 +57,7 @@ class Rule:
     allowed: Table | None = None
     message: Template | None = None
     for_each_phase: bool = False
+    at: str = "checks"
     description: str = ""
     path: tuple = ()
     line: int = 0

@@ -16,7 +16,20 @@ def shipped_policy_dir() -> str:
 
 def default_policy_dir() -> str:
     """HISPARSE_POLICY_DIR when set, else the shipped policies."""
-    return os.environ.get("HISPARSE_POLICY_DIR") or shipped_policy_dir()
+    return _env("HISPARSE_POLICY_DIR", "folder") or shipped_policy_dir()
+
+
+def policy_root(given: str | None) -> str:
+    """The policy folder a command uses: the one given, else the default; an empty one is an
+    error (an empty --policy-dir must not quietly mean the shipped policies)."""
+    if given is None:
+        return default_policy_dir()
+    if not isinstance(given, str) or not given.strip():
+        from .errors import PolicyError, Problem
+
+        raise PolicyError([Problem("R602", f"the policy folder is empty ({given!r}): it must name a folder",
+                                   hint="leave the option out for the default")])
+    return given
 
 
 DEFAULT_POLICY = "nsa-backends"
@@ -24,4 +37,21 @@ DEFAULT_POLICY = "nsa-backends"
 
 def default_policy_ref() -> str:
     """The policy used when none is named: $HISPARSE_POLICY, else the newest nsa-backends."""
-    return os.environ.get("HISPARSE_POLICY") or DEFAULT_POLICY
+    return _env("HISPARSE_POLICY", "policy reference") or DEFAULT_POLICY
+
+
+def policy_ref(given: str | None) -> str:
+    """The reference a command uses: the one given (even an empty one, which the loader then
+    refuses), else the default."""
+    return given if given is not None else default_policy_ref()
+
+
+def _env(name: str, what: str) -> str | None:
+    """An environment setting; set but empty (or blank) is an error, never a silent default."""
+    value = os.environ.get(name)
+    if value is not None and not value.strip():
+        from .errors import PolicyError, Problem
+
+        raise PolicyError([Problem("R602", f"{name} is set but empty: it must name a {what}",
+                                   hint=f"unset {name} for the default")])
+    return value

@@ -25,6 +25,7 @@ class Policy:
         self.version = parts.version
         self.description = parts.description
         self.source = parts.source
+        self.upstream = parts.upstream
         self.inputs = parts.inputs
         self.backends = parts.backends
         self.phases = parts.phases
@@ -58,6 +59,8 @@ class Policy:
         self.key_map: dict[str, str] = {}
         # deprecated spelling -> (input index, the log line its use emits)
         self.deprecated_keys: dict[str, tuple[int, str]] = {}
+        # removed spelling -> (its flag, the note naming the replacement): refused, as upstream's parser does
+        self.removed_keys: dict[str, tuple[str, str]] = {}
         for index, (name, spec) in enumerate(self.inputs.items()):
             self.key_map[name] = name
             self.key_map[name.replace("_", "-")] = name
@@ -68,6 +71,9 @@ class Policy:
                 for key in (flag[2:], flag[2:].replace("-", "_")):
                     self.key_map[key] = name
                     self.deprecated_keys[key] = (index, text)
+            for flag, note in spec.removed.items():
+                for key in (flag[2:], flag[2:].replace("-", "_")):
+                    self.removed_keys[key] = (flag, note)
         self.phase_key_aliases = {
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
@@ -88,6 +94,7 @@ class Policy:
         marshal-able data: the cache entry of this policy."""
         return {"family": self.family, "version": self.version, "description": self.description,
                 "source": self.source, "backends": self.backends, "rules": self.rule_meta,
+                "upstream": None if self.upstream is None else self.upstream._fields(),
                 "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
                 "phases": [spec._fields() for spec in self.phases.values()],
                 "code": self._code, "consts": self._consts, "source_code": self.source_code,
@@ -98,12 +105,13 @@ class Policy:
         """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
         rest of the model (rules, tables, the parsed document) is built from `data`, the file's
         bytes, on first use."""
-        from .inputs import InputSpec, PhaseSpec
+        from .inputs import InputSpec, PhaseSpec, Upstream
 
         self = cls.__new__(cls)
         for key in ("family", "version", "description", "source", "backends", "source_code", "written"):
             setattr(self, key, form[key])
         self.rule_meta = tuple(form["rules"])
+        self.upstream = None if form["upstream"] is None else Upstream(*form["upstream"])
         self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
         self.phases = {f[0]: PhaseSpec(*f) for f in form["phases"]}
         self.file, self.path, self.sha256 = file, path or file, sha256
@@ -257,6 +265,11 @@ class Policy:
 
         for key, value in config.items():
             name = self.canonical_key(key)
+            if name is None and isinstance(key, str) and key.replace("-", "_") in self.removed_keys:
+                flag, note = self.removed_keys[key.replace("-", "_")]
+                problems.append(at(Problem("C501", f"{shown(key)}: {flag} was removed ({self.removed_text()})",
+                                           file, hint=note), key))
+                continue
             if name is None:
                 near = near_miss(key, names) if isinstance(key, str) else None
                 if lenient and near is None:
@@ -299,6 +312,10 @@ class Policy:
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
+
+    def removed_text(self) -> str:
+        where = self.upstream.label() if self.upstream else f"{self.ref}"
+        return f"{where} no longer accepts it"
 
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:

@@ -58,7 +58,7 @@ def test_files(paths: list[str], policy_dir: str) -> list[str]:
 
 def load_cases(path: str, policy_dir: str | None = None, display: str | None = None):
     """(policy, document) of a test file; raises PolicyError with every problem of the file."""
-    from .loader import load_policy
+    from .loader import load_policy, looks_like_path
 
     display = display or path
     try:
@@ -83,8 +83,8 @@ def load_cases(path: str, policy_dir: str | None = None, display: str | None = N
 
         policy = load_file(policy_path, policy_display) if os.path.exists(policy_path) else \
             load_policy(f"{family}@{m.group(1)}", policy_dir)
-    elif "/" in ref or ref.endswith((".yaml", ".yml")):
-        policy = load_policy(os.path.join(os.path.dirname(path), ref))
+    elif looks_like_path(ref):  # a path in a test file is relative to that file
+        policy = load_policy(os.path.join(os.path.dirname(path), os.path.expanduser(ref)))
     else:
         policy = load_policy(ref, policy_dir)
     _check_names(policy, doc)
@@ -227,9 +227,9 @@ def report_json(results: list[FileResult]) -> dict:
 
 def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResult], list[Problem]]:
     from .loader import _display_dir
-    from .paths import default_policy_dir
+    from .paths import policy_root
 
-    root = policy_dir or default_policy_dir()
+    root = policy_root(policy_dir)
     files = test_files(paths, root)
     results, problems = [], []
     for path in files:

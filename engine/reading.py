@@ -8,6 +8,7 @@ import os
 import stat
 
 from .errors import HisparseError, Problem
+from .text import parse_int
 
 try:  # hashlib loads OpenSSL, a few ms at every start-up; the built-in module gives the same digest
     from _sha2 import sha256  # Python 3.12+
@@ -138,6 +139,7 @@ def _offset_position(data: bytes, offset: int) -> tuple[int, int]:
 def max_file_bytes() -> int:
     """HISPARSE_MAX_FILE_BYTES when it is a positive decimal number, else 1 MiB."""
     raw = (os.environ.get("HISPARSE_MAX_FILE_BYTES") or "").strip()
-    if raw.isascii() and raw.isdigit() and int(raw) > 0:
-        return int(raw)
+    value = parse_int(raw) if raw.isdigit() else None
+    if value is not None and value > 0:
+        return value
     return DEFAULT_MAX_BYTES

@@ -44,14 +44,17 @@ def decision_text(d: Decision) -> str:
 def explanation_text(d: Decision, trace) -> str:
     """`trace`: the interpret.Trace of the decision."""
     p = d.policy
-    out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})",
+    out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})"
+           + (f", models {p.upstream.label()}" if p.upstream else ""),
            f"Config: {config_line(p, p.complete(p.normalize(d.input)))}"]
     current = None
     for step in trace.steps:
         if step.rule is None:
-            current = step.stage
+            current = "checks" if step.stage == "checks_at_defaults" else step.stage
             title = {"resolve": "1. resolve: rewrite inputs, stop on a failed requirement",
                      "defaults": "2. defaults: the first matching rule fills unset phases",
+                     "checks_at_defaults": "   checks at defaults: a failed one stops evaluation before the "
+                                           "default's log line",
                      "checks": "3. checks: every failed check is a violation"}[step.stage]
             out.append("")
             out.append(title)

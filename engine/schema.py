@@ -26,7 +26,12 @@ def validator(name: str = "policy"):
 
         with open(schema_path(name), encoding="utf-8") as fh:
             schema = json.load(fh)
-        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+        # an integer is an int, never a float that happens to be whole: `version: 1.0` or
+        # `minimum: 9.0` is a mistake to report, not a number to round (JSON Schema would accept it)
+        types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda checker, x: isinstance(x, int) and not isinstance(x, bool))
+        cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern},
+                                           type_checker=types)
         _validators[name] = cls(schema)
     return _validators[name]
 
@@ -100,6 +105,9 @@ def _explain(doc: Document, err) -> list[Problem]:
         return [doc.problem("E201", f"{_where(path)}: {text}", path, key=True)]
     if v == "anyOf" and len(path) == 3 and path[0] == "resolve" and isinstance(err.instance, dict):
         return [doc.problem("E201", f"{_where(path)}: a resolve rule needs set, log or require", path, key=True)]
+    if v == "anyOf" and path == ("upstream",) and isinstance(err.instance, dict):
+        return [doc.problem("E201", "upstream needs one of version, commit or pr: what it models", path,
+                            key=True)]
     if v in ("anyOf", "oneOf") and err.context:
         return _explain(doc, _best(err.context))
     if v == "not" and isinstance(err.instance, dict) and "type" in err.instance:
@@ -108,7 +116,11 @@ def _explain(doc: Document, err) -> list[Problem]:
     if v == "pattern":
         return [doc.problem("E201", f"{_where(path)}: {shown(err.instance)} is not a valid name here "
                             f"(pattern {err.validator_value})", path)]
-    return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path)]
+    hint = ""
+    if v == "type" and isinstance(err.instance, float) and "integer" in str(err.validator_value) \
+            and err.instance.is_integer():
+        hint = f"write {int(err.instance)}: a whole number written with a decimal point is a float"
+    return [doc.problem("E201", f"{_where(path)}: {_short(err.message)}", path, hint=hint)]
 
 
 def _best(errors):

@@ -5,8 +5,11 @@ argument parser would for the routing flags: `--flag value` and `--flag=value`, 
 booleans, `--config FILE` (SGLang's YAML config file; command-line flags win), the policy's flag
 aliases (e.g. deprecated `--nsa-*` spellings). Unrelated flags (`--tp 8`, `--trust-remote-code`)
 are skipped. A flag that looks like a misspelt or abbreviated routing flag is an error with
-did-you-mean, never a guess. Whether the model uses DeepSeek Sparse Attention is read from the
-model path (DeepSeek-V3.2*, GLM-5*); `--dsa-model` / `--no-dsa-model` given to hisparse override.
+did-you-mean, never a guess; what SGLang's parser refuses (a flag typed with typographic dashes,
+`--kv_cache_dtype`, a bare word after a routing flag's value) is refused too. Whether the model
+uses DeepSeek Sparse Attention is read from the model path (engine/models.py); `--dsa-model` /
+`--no-dsa-model` given to hisparse override. The values are read by engine/given.py, the one path
+every source goes through.
 
 `apply(server_args, policy=None)` evaluates the policy on any object with SGLang's attribute names,
 raises ValueError with the policy's message when the config is rejected (as SGLang does), and
@@ -14,111 +17,37 @@ otherwise writes the resolved dtype and backends back and logs SGLang's lines.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shlex
 import sys
 
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, clip, shown
+from .given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
+from .models import model_family, model_inputs, model_is_dsa  # noqa: F401  (the API names them here)
 from .suggest import near_miss
-
-# model names whose config makes SGLang's is_deepseek_nsa() true (DeepSeek Sparse Attention),
-# by family (the names a policy's model_family input uses)
-DSA_FAMILIES = {
-    "deepseek_v32": re.compile(r"deepseek[-_ ]?v3[._]2", re.I),
-    "glm5": re.compile(r"glm[-_ ]?5(?![0-9])", re.I),
-}
-DSA_MODELS = re.compile("|".join(p.pattern for p in DSA_FAMILIES.values()), re.I)
-# model families known not to use DSA (anything else is "unknown": the policy default applies)
-NON_DSA_MODELS = re.compile(
-    r"deepseek[-_ ]?(v2|v3(?![._]2)|r1|coder|llm|math|moe|vl)|llama|qwen|mistral|mixtral|gemma|phi|kimi|"
-    r"glm[-_ ]?4|chatglm|gpt|minimax|yi[-_]|baichuan|internlm|olmo|falcon|command|granite", re.I)
+from .text import parse_int
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
-
-# SGLang options whose value is a JSON object: option -> {JSON key: the policy input it sets}
-JSON_OPTIONS = {
-    "hisparse-config": {"top_k": "hisparse_top_k", "device_buffer_size": "hisparse_device_buffer_size"},
-    "hierarchical-sparse-attention-extra-config": {"top_k": "hisparse_top_k",
-                                                   "device_buffer_size": "hisparse_device_buffer_size"},
-}
-
-
-def _model_name(model_path: str) -> str:
-    return os.path.basename(model_path.rstrip("/\\")) or model_path
-
-
-def model_is_dsa(model_path: str) -> bool | None:
-    """True / False when the model path names a known family, None when it cannot tell."""
-    name = _model_name(model_path)
-    if DSA_MODELS.search(name):
-        return True
-    if NON_DSA_MODELS.search(name):
-        return False
-    return None
-
-
-def model_family(model_path: str) -> str | None:
-    """The DSA family a model path names (deepseek_v32, glm5), or None."""
-    name = _model_name(model_path)
-    return next((fam for fam, pattern in DSA_FAMILIES.items() if pattern.search(name)), None)
-
-
-def model_inputs(policy, model_path: str) -> tuple[dict, str | None]:
-    """(inputs the model path decides, a note when it cannot tell) for the policy's dsa_model and
-    model_family inputs, where it declares them."""
-    out: dict = {}
-    dsa = model_is_dsa(model_path)
-    if "dsa_model" in policy.inputs:
-        if dsa is None:
-            default = str(policy.inputs["dsa_model"].default).lower()
-            return out, (f"cannot tell whether {model_path} uses DeepSeek Sparse Attention: the policy "
-                         f"default ({default}) applies; pass --dsa-model or --no-dsa-model to hisparse to say")
-        out["dsa_model"] = dsa
-    family = model_family(model_path)
-    spec = policy.inputs.get("model_family")
-    if spec is not None and family is not None and spec.accepts(family):
-        out["model_family"] = family
-    return out, None
-
-
-def expand_json_options(policy, data: dict, file: str = "") -> tuple[dict, list[Problem]]:
-    """Replace SGLang's JSON-valued options (e.g. --hisparse-config '{"top_k": 2048}') in a
-    config by the policy inputs they carry; options whose inputs the policy does not declare
-    are left alone (and ignored as unrelated keys)."""
-    out, problems = {}, []
-    for key, value in data.items():
-        mapping = JSON_OPTIONS.get(key.replace("_", "-")) if isinstance(key, str) else None
-        targets = {k: v for k, v in (mapping or {}).items() if v in policy.inputs}
-        if not targets:
-            out[key] = value
-            continue
-        obj = value
-        if isinstance(value, str):
-            try:
-                obj = json.loads(value)
-            except (json.JSONDecodeError, RecursionError):
-                problems.append(Problem("C503", f"{key}: not a JSON object: {value!r}", file))
-                continue
-        if not isinstance(obj, dict):
-            problems.append(Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file))
-            continue
-        for json_key, name in targets.items():
-            if json_key in obj:
-                out[name] = obj[json_key]
-    return out, problems
+# SGLang options the launch reader reads besides the policy's flags (their values are read by
+# engine/given.py as from any other source)
+_OPTION_FLAGS = tuple("--" + k for k in MODEL_KEYS) + tuple(
+    "--" + k for primary, (aliases, _) in OPTIONS.items() for k in (primary,) + aliases)
 
 
 def launch_args(tokens: list[str]) -> list[str]:
     """The server arguments of a launch command (everything after the launcher)."""
     if len(tokens) == 1 and " " in tokens[0].strip():
-        tokens = shlex.split(tokens[0])
+        try:
+            tokens = shlex.split(tokens[0])
+        except ValueError as exc:  # an unbalanced quote
+            raise ConfigError([Problem("C501", f"cannot split the launch command {clip(repr(tokens[0]))}: {exc}",
+                                       hint="quote it as a shell would, or pass the arguments "
+                                            "after -- as separate words")]) from None
     for i, tok in enumerate(tokens):
         if tok.endswith(_LAUNCHERS) or (tok == "serve" and i and os.path.basename(tokens[i - 1]) == "sglang"):
             return tokens[i + 1:]
-    if tokens and tokens[0].startswith("--"):
+    if tokens and (tokens[0].startswith("--") or _dash_flag(tokens[0])):
         return tokens  # the arguments alone
     shown = " ".join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
     raise ConfigError([Problem("C501", f"not an SGLang launch command: {shown!r}",
@@ -126,30 +55,62 @@ def launch_args(tokens: list[str]) -> list[str]:
 
 
 def _flag_table(policy) -> dict:
-    """--flag (as typed) -> input name, for every spelling the policy declares."""
-    table = {}
-    for name, spec in policy.inputs.items():
-        for flag in tuple(spec.flags) + tuple(spec.deprecated):
-            table[flag] = name
-            table["--" + flag[2:].replace("-", "_")] = name
-    return table
+    """--flag -> input name, for every spelling the policy declares (SGLang spells flags with
+    dashes only: `--kv_cache_dtype` is not a flag of its parser)."""
+    return {flag: name for name, spec in policy.inputs.items()
+            for flag in tuple(spec.flags) + tuple(spec.deprecated)}
 
 
-def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
-    """(canonical config, notes) from a launch command. Raises ConfigError listing every problem."""
+def _dash_flag(tok: str) -> str:
+    """A hint when `tok` is a flag written with typographic dashes (—kv-cache-dtype, –-tp,
+    −−enable-hisparse, --kv—cache-dtype): SGLang's parser refuses it as an unrecognized
+    argument, so it must never be skipped as a stray value."""
+    body = tok.lstrip("-" + "".join(DASHES))
+    if not body or not body[0].isalpha() or tok == body:
+        return ""
+    return typographic_dash(tok.split("=", 1)[0])
+
+
+def _flagish(tok: str) -> bool:
+    """Whether argparse would take `tok` for an option, not a value: --x, -x, or a flag typed
+    with typographic dashes."""
+    return tok.startswith("--") or (tok.startswith("-") and tok[1:2].isalpha()) or bool(_dash_flag(tok))
+
+
+def launch_layers(policy, tokens: list[str]):
+    """(layers, notes) of a launch command: its --config file (if any), then its command line.
+    Raises ConfigError listing every problem."""
     args = launch_args(tokens)
     flags = _flag_table(policy)
+    known = sorted(set(flags) | set(_OPTION_FLAGS))
     problems: list[Problem] = []
     notes: list[str] = []
     given: dict = {}
     config_file = None
-    model = None
+    after = None  # the routing flag whose arguments just ended: a bare token after it is refused
     i = 0
     while i < len(args):
         tok = args[i]
         i += 1
+        previous, after = after, None
+        hint = _dash_flag(tok)
+        if hint:
+            fixed = "--" + tok.split("=", 1)[0].lstrip("-" + "".join(DASHES))
+            fixed = "".join("-" if c in DASHES else c for c in fixed)
+            more = f"; did you mean {fixed}?" if fixed in known else ""
+            problems.append(Problem("C501", f"unrecognized argument {tok!r}: SGLang's parser refuses it",
+                                    hint=hint + more))
+            if "=" not in tok and i < len(args) and not _flagish(args[i]):
+                i += 1  # its value, so that it is not reported again as a stray argument
+            continue
         if not tok.startswith("--") or tok == "--":
-            notes.append(f"ignored the stray argument {tok!r}")
+            if _flagish(tok) or previous:
+                near = near_miss("-" + tok, known) if _flagish(tok) else None
+                why = f" after {previous}" if previous and not _flagish(tok) else ""
+                problems.append(Problem("C501", f"unrecognized argument {tok!r}{why}: SGLang's parser refuses it",
+                                        hint=f"did you mean {near}?" if near else ""))
+            else:
+                notes.append(f"ignored the stray argument {tok!r}")
             continue
         flag, eq, inline = tok.partition("=")
 
@@ -157,7 +118,7 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
             nonlocal i
             if eq:
                 return inline
-            if i < len(args) and not (args[i].startswith("--")):
+            if i < len(args) and not _flagish(args[i]):
                 i += 1
                 return args[i - 1]
             problems.append(Problem("C503", f"{flag} expects a value"))
@@ -166,27 +127,31 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
         if flag == "--config":
             config_file = value()
             continue
-        if flag[2:] in JSON_OPTIONS:
+        if flag in _OPTION_FLAGS:
             raw = value()
             if raw is not None:
-                expanded, more = expand_json_options(policy, {flag[2:]: raw})
-                problems += more
-                given.update({k: v for k, v in expanded.items() if k in policy.inputs})
+                given[flag[2:]] = raw
+            after = flag
             continue
         name = flags.get(flag)
+        if name is None and flag[2:].replace("-", "_") in getattr(policy, "removed_keys", {}):
+            raw = value()  # a spelling upstream removed: the policy's check names its replacement
+            if raw is not None:
+                given[flag[2:]] = raw
+            continue
         if name is None:
-            near = _near_routing_flag(flag, flags)
+            near = _near_routing_flag(flag, known, policy)
             if near:
                 problems.append(Problem("C501", f"unknown flag {flag}", hint=near))
-                if not eq and i < len(args) and not args[i].startswith("--"):
+                if not eq and i < len(args) and not _flagish(args[i]):
                     i += 1
                 continue
             # an unrelated SGLang flag: take a following non-flag token as its value
-            v = value() if (eq or (i < len(args) and not args[i].startswith("--"))) else None
-            if flag in ("--model-path", "--model"):
-                model = v
+            if not eq and i < len(args) and not _flagish(args[i]):
+                i += 1
             continue
         spec = policy.inputs[name]
+        after = flag
         if spec.type == "bool":
             if eq:
                 problems.append(Problem("C503", f"{flag} is a switch and takes no value (got {inline!r})"))
@@ -197,49 +162,53 @@ def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
         if raw is None:
             continue
         if spec.type == "int":
-            try:
-                raw = int(raw)
-            except ValueError:
-                problems.append(Problem("C503", f"{flag}: expected an integer, got {raw!r}"))
+            number = parse_int(raw)  # None past 20 digits: int() of 5000 digits raises
+            if number is None:
+                problems.append(Problem("C503", f"{flag}: expected a 64-bit integer, got {shown(raw)}"))
                 continue
+            raw = number
         given[flag[2:]] = raw  # the spelling typed: a deprecated one is logged when evaluated
-    from .config import load_config_file, merge_config
+    from .config import config_layer
 
-    config: dict = {}
+    layers = []
     if config_file is not None:
         try:
-            config, _ = load_config_file(policy, config_file)
+            layers.append(config_layer(policy, config_file))
         except ConfigError as exc:
             problems += exc.problems
     try:
-        policy.normalize(given)
+        layers.append(read_layer(policy, given, "the launch command"))
     except ConfigError as exc:
         problems += exc.problems
     if problems:
         raise ConfigError(problems)
-    config = merge_config(policy, config, given)
-    if model is None:
-        if "dsa_model" in policy.inputs:
-            notes.append("no --model-path: whether the model uses DSA is left to the policy default "
-                         f"({str(policy.inputs['dsa_model'].default).lower()})")
-    else:
-        decided, note = model_inputs(policy, model)
-        if note:
-            notes.append(note)
-        for name, value in decided.items():
-            if policy.canonical_key(name) not in {policy.canonical_key(k) for k in config}:
-                config[name] = value
-    return config, notes
+    if not any(layer.model for layer in layers) and "dsa_model" in policy.inputs:
+        notes.append("no --model-path: whether the model uses DSA is left to the policy default "
+                     f"({str(policy.inputs['dsa_model'].default).lower()})")
+    return layers, notes
 
 
-def _near_routing_flag(flag: str, flags: dict) -> str:
-    """A did-you-mean when `flag` is a misspelling or an abbreviation of a routing flag."""
-    primary = sorted({f for f in flags if "_" not in f})
-    prefixed = [f for f in primary if f.startswith(flag) and f != flag]
+def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:
+    """(config, notes) from a launch command. Raises ConfigError listing every problem."""
+    layers, notes = launch_layers(policy, tokens)
+    g = combine(policy, layers)
+    return g.config, notes + g.notes
+
+
+def _near_routing_flag(flag: str, known: list, policy) -> str:
+    """A did-you-mean when `flag` is a misspelling or an abbreviation of a routing flag, or the
+    underscore spelling of one (SGLang's parser knows only the dashed one)."""
+    dashed = "--" + flag[2:].replace("_", "-")
+    if dashed != flag and (dashed in known or policy.canonical_key(flag[2:]) is not None):
+        return f"SGLang's flags are spelled with dashes: did you mean {dashed}?"
+    hint = typographic_dash(flag)
+    if hint:
+        return hint
+    prefixed = [f for f in known if f.startswith(flag) and f != flag]
     if prefixed and len(flag) > 4:
         return ("an abbreviation is not accepted here (SGLang's parser may resolve it differently): "
                 "did you mean " + " or ".join(prefixed) + "?")
-    hit = near_miss(flag, primary)
+    hit = near_miss(flag, known)
     return f"did you mean {hit}?" if hit else ""
 
 
@@ -255,33 +224,30 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     one writes the resolved kv_cache_dtype and backends back, logs SGLang's lines, and returns the
     Decision."""
     from .loader import load_policy
-    from .paths import default_policy_ref
+    from .paths import policy_ref
 
-    policy = load_policy(policy or default_policy_ref())
+    policy = load_policy(policy_ref(policy))
     logger = logger or logging.getLogger("sglang.srt.server_args")
-    config: dict = {}
+    # the object's attributes are one source, read as every other source is (two attributes of
+    # one input with different values are an error, not a silent pick)
+    attrs: dict = {}
     for name, spec in policy.inputs.items():
         present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
-        values = [getattr(server_args, a) for a in present]
-        value = next((v for v in values if v is not None), None)
-        if value is not None or (present and spec.nullable):
-            config[name] = value
+        values = {a: getattr(server_args, a) for a in present if getattr(server_args, a) is not None}
+        if values:
+            attrs.update(values)
+        elif present and spec.nullable:
+            attrs[name] = None
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+        value = getattr(server_args, key.replace("-", "_"), None)
+        if value is not None and value != "":
+            attrs[key] = value
+    layer = read_layer(policy, attrs, "server_args")
+    layer.inputs = {name: (name, value) for name, (_, value) in layer.inputs.items()}  # no flags typed
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}
-    detected = _detect(server_args, policy)
-    env["model_family"] = detected.get("model_family")
-    for option in JSON_OPTIONS:
-        raw = getattr(server_args, option.replace("-", "_"), None)
-        if raw:
-            expanded, problems = expand_json_options(policy, {option: raw})
-            if problems:
-                raise ValueError(str(problems[0].message))
-            config.update({k: v for k, v in expanded.items() if k in policy.inputs})
-    for name, value in env.items():
-        if name in policy.inputs and name not in config:
-            value = value if value is not None else detected.get(name)
-            if value is not None:
-                config[name] = value
-    decision = policy.evaluate(config)
+    given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
+    layers = [read_layer(policy, _detected(policy), "torch"), layer, read_layer(policy, given, "apply()")]
+    decision = policy.evaluate(combine(policy, layers).config)
     if not decision.ok:
         raise ValueError(decision.error)
     for name, value in decision.config.items():
@@ -301,11 +267,9 @@ def _attr_names(policy, name: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _detect(server_args, policy) -> dict:
+def _detected(policy) -> dict:
+    """platform and sm_major from torch, if the caller already imported it."""
     out = {}
-    model = getattr(server_args, "model_path", None)
-    if isinstance(model, str):
-        out.update(model_inputs(policy, model)[0])
     torch = sys.modules.get("torch")  # only if the caller already imported it
     if torch is not None:
         if getattr(getattr(torch, "version", None), "hip", None):
@@ -316,4 +280,4 @@ def _detect(server_args, policy) -> dict:
                 out.setdefault("platform", "cuda")
         except Exception:  # no usable device: leave it to the policy's default
             pass
-    return out
+    return {k: v for k, v in out.items() if k in policy.inputs}

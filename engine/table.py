@@ -10,6 +10,7 @@ import itertools
 
 from .compare import cube_terms, minimize
 from .errors import ConfigError, Problem
+from .text import parse_int
 
 
 def parse_where(policy, items: list[str]) -> dict:
@@ -30,35 +31,41 @@ def parse_where(policy, items: list[str]) -> dict:
         elif spec.type == "bool":
             value = {"true": True, "false": False}.get(text.lower(), text)
         elif spec.type == "int":
-            value = int(text) if text.lstrip("-").isdigit() else text
+            value = parse_int(text)
+            if value is None:
+                from .errors import shown
+
+                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
+                                                   "64-bit integer")])
         else:
             value = text
         fixed.update(policy.normalize({key: value}))
     return fixed
 
 
-def routing_rows(policy, fixed: dict | None = None) -> dict:
-    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}"""
-    from .diff import check_size
+def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
+    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}; `progress(done,
+    total)` as for diff()."""
+    from .diff import PROGRESS_EVERY, check_size
 
     fixed = fixed or {}
     axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
     domains = [policy.inputs[n].domain() for n in axes]
-    rows = 1
+    size = 1
     for d in domains:
-        rows *= len(d)
-    # each row is evaluated once with the phases unset and once per backend per phase
-    check_size(rows * (1 + len(policy.backends) * len(policy.phases)), f"the routing table of {policy.ref}")
+        size *= len(d)
+    # each row is evaluated once with the phases unset and once per backend each phase accepts
+    tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
+    check_size(size * (1 + tries), f"the routing table of {policy.ref}")
     phases = list(policy.phases.items())
-    backends = list(policy.backends)
     groups: dict = {}
     order = []
-    # per row: the config with the phases as fixed (or unset), then each backend set alone for
-    # each phase, evaluated in bulk
+    # per row: the config with the phases as fixed (or unset), then each backend the phase
+    # accepts set alone for each phase, evaluated in bulk
     names = policy.input_names
     template = [fixed.get(n, policy.inputs[n].default) for n in names]
     where = [names.index(n) for n in axes]
-    slots = [names.index(spec.input) for _, spec in phases]
+    slots = [(names.index(spec.input), policy.inputs[spec.input].values) for _, spec in phases]
 
     def configs():
         for combo in itertools.product(*domains):
@@ -66,7 +73,7 @@ def routing_rows(policy, fixed: dict | None = None) -> dict:
             for i, v in zip(where, combo):
                 values[i] = v
             yield tuple(values)
-            for i in slots:
+            for i, backends in slots:
                 for b in backends:
                     values[i] = b
                     yield tuple(values)
@@ -74,23 +81,30 @@ def routing_rows(policy, fixed: dict | None = None) -> dict:
 
     from . import domain
 
-    per_row = 1 + len(slots) * len(backends)
-    flat = [r for chunk in domain.results(policy, configs()) for r in chunk]
+    per_row = 1 + sum(len(backends) for _, backends in slots)
+    flat = itertools.chain.from_iterable(domain.results(policy, configs()))
     offset = len(policy.written)  # compact results: (rewritten values + backends, log, first violation)
-    for row, combo in enumerate(itertools.product(*domains)):
-        got = flat[row * per_row:(row + 1) * per_row]
+    for done, combo in enumerate(itertools.product(*domains), 1):
+        if progress is not None and not done % (PROGRESS_EVERY // 16):
+            progress(done, size)
+        got = list(itertools.islice(flat, per_row))
         values, _, first = got[0]
         if first is None:
             defaults, rejected = values[offset:], None
         else:
             defaults, rejected = None, first[2]
-        allowed = tuple(tuple(b for j, b in enumerate(backends) if got[1 + p * len(backends) + j][2] is None)
-                        for p in range(len(slots)))
+        allowed, at = [], 1
+        for _, backends in slots:
+            allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
+            at += len(backends)
+        allowed = tuple(allowed)
         key = (defaults, rejected, allowed)
         if key not in groups:
             groups[key] = []
             order.append(key)
         groups[key].append(combo)
+    if progress is not None:
+        progress(size, size)
     rows = []
     for key in order:
         defaults, rejected, allowed = key
@@ -102,7 +116,20 @@ def routing_rows(policy, fixed: dict | None = None) -> dict:
                 "rejected": rejected,
                 "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
             })
-    return {"policy": policy.identity(), "fixed": fixed, "axes": axes, "rows": rows}
+    return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
+            "rows": rows}
+
+
+def _upstream_json(policy) -> dict | None:
+    up = policy.upstream
+    if up is None:
+        return None
+    out = {k: v for k, v in (("project", up.project), ("version", up.version), ("commit", up.commit),
+                              ("pr", up.pr)) if v is not None}
+    out["note"] = up.note
+    if up.leaves_out:
+        out["leaves_out"] = [{"where": w, "why": y} for w, y in up.leaves_out]
+    return out
 
 
 def _terms(cube, axes, domains):
@@ -152,12 +179,15 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
             cells += ["-"] * len(phases)
         else:
             cells += [_show(r["defaults"][ph]) for ph in phases]
-        cells += [_allowed_cell(r["allowed"][ph], list(policy.backends)) for ph in phases]
+        cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
+                  for ph in phases]
         if any_rejected:
             cells.append(r["rejected"] or "")
         body.append(cells)
     fixed = ", ".join(f"{k}={_show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
+    if policy.upstream is not None:
+        title += f", which models {policy.upstream.label()}"
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
@@ -170,7 +200,7 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
 
 README_TABLES = (
     ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@3", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
 )
 
 

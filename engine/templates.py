@@ -2,7 +2,13 @@
 
 Values render as SGLang's f-strings render them (str(); None as None, booleans as True/False), so
 messages match SGLang's byte for byte. A backend set renders as SGLang renders `sorted(set)`:
-`['flashmla_kv', 'flashmla_sparse']`; formats: list (that, the default), tuple, csv, or.
+`['flashmla_kv', 'flashmla_sparse']`; formats: list (that, the default), tuple, csv, or. The
+format picks the object (the sorted list, the tuple, the joined text) and the conversion applies
+to it as in an f-string: `{allowed!r:csv}` is `'a, b'`, `{allowed!r}` is `['a', 'b']`.
+
+`render_field` is the one definition; the interpreter calls it for every field, the compiled
+evaluator for every field whose value is known when compiling (sets, `{phase}`), and renders the
+others with f-string placeholders that are equal to it for the plain values configs hold.
 """
 from __future__ import annotations
 
@@ -34,25 +40,28 @@ class Template:
             if isinstance(part, str):
                 out.append(part)
             else:
-                value = ctx[part.name]
-                out.append(render_set(value, part.spec) if part.spec or isinstance(value, frozenset)
-                           else (repr(value) if part.conversion == "r" else str(value)))
+                out.append(render_field(ctx[part.name], part.spec, part.conversion))
         return "".join(out)
 
     def fstring(self, names: dict) -> str:
         """Python source of an f-string rendering this template over local variables `names`
-        (field -> variable name; set-valued fields must name a pre-rendered string variable)."""
+        (field -> variable name). A set-valued field is looked up as (field, spec, conversion)
+        and must name a variable holding its text as render_field gives it."""
         chunks = []
         for part in self.parts:
             if isinstance(part, str):
                 chunks.append(part.replace("{", "{{").replace("}", "}}"))
+                continue
+            rendered = (part.name, part.spec, part.conversion)
+            if rendered in names:  # already rendered text: placed as is
+                chunks.append("{" + names[rendered] + "}")
+                continue
+            var = names[part.name]
+            if isinstance(var, Literal):  # a value known when compiling: inline its text
+                text = render_field(var.value, part.spec, part.conversion)
+                chunks.append(text.replace("{", "{{").replace("}", "}}"))
             else:
-                var = names[(part.name, part.spec)] if (part.name, part.spec) in names else names[part.name]
-                if isinstance(var, Literal):  # a value known when compiling: inline its text
-                    text = repr(var.value) if part.conversion == "r" else str(var.value)
-                    chunks.append(text.replace("{", "{{").replace("}", "}}"))
-                else:
-                    chunks.append("{" + var + ("!r" if part.conversion == "r" else "") + "}")
+                chunks.append("{" + var + ("!r" if part.conversion == "r" else "") + "}")
         return "f" + repr("".join(chunks))
 
 
@@ -88,12 +97,24 @@ def parse_template(text: str) -> Template:
     return Template(text, tuple(parts))
 
 
-def render_set(values, spec: str = "") -> str:
+def render_field(value, spec: str = "", conversion: str = "") -> str:
+    """The text of one template field: a backend set (frozenset) as the object its format names,
+    any other value as itself; then repr() for `!r`, else str(), as an f-string does."""
+    if isinstance(value, frozenset):
+        value = set_object(value, spec)
+    elif spec:
+        raise ValueError(f"only backend sets take a format, got {spec!r}")
+    return repr(value) if conversion == "r" else str(value)
+
+
+def set_object(values, spec: str = ""):
+    """What a backend set is in a message, by format: SGLang's sorted list (default), a tuple,
+    or joined text."""
     items = sorted(values)
     if spec in ("", "list"):
-        return repr(items)
+        return items
     if spec == "tuple":
-        return repr(tuple(items))
+        return tuple(items)
     if spec == "csv":
         return ", ".join(items)
     if spec == "or":

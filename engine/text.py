@@ -1,5 +1,8 @@
-"""How values read in messages, tables and explanations: unset for null, true/false for booleans."""
+"""How values read in messages, tables and explanations: unset for null, true/false for booleans;
+the one escaping every text output goes through; integers parsed from text with a bound."""
 from __future__ import annotations
+
+import re
 
 
 def show(value) -> str:
@@ -8,3 +11,43 @@ def show(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# Characters a terminal acts on instead of showing: C0 controls but newline and tab, DEL, C1
+# controls, and the bidirectional overrides and isolates (they reorder what is shown). A policy
+# message, a config key or a model path holding one could redraw the line (CR), recolour it
+# (ESC) or print a fake verdict, so text output shows them as escapes.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_char(m: re.Match) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """`text` with every terminal control character shown as a backslash escape (\\x1b, \\r,
+    \\x9b, \\u202e); newline and tab are kept. The CLI writes all its text output through this."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def escape_json(text: str) -> str:
+    """A JSON document's text with the controls json.dumps(ensure_ascii=False) leaves raw (DEL,
+    C1, bidi controls; C0 is already escaped) written as \\u escapes: the same JSON value."""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+MAX_INT_DIGITS = 20  # 64-bit values have at most 19 digits; anything longer is refused unread
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int(text: str) -> int | None:
+    """The integer written in `text` (decimal, optional sign, surrounding blanks allowed), or None
+    when it is not one or has more than MAX_INT_DIGITS digits (int() of a 5000-digit text raises
+    ValueError past Python's digit limit, and costs quadratic time below it)."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
+    if len(text) > MAX_INT_DIGITS + 1 or not _INT.fullmatch(text):
+        return None
+    return int(text)

@@ -64,7 +64,8 @@ def run_backend(backend: str, q: torch.Tensor, kv_cache: torch.Tensor, indices: 
 
 
 def select_provider(backend: str, device: Optional[torch.device], provider: str = "auto", *,
-                    attn_sink: bool = False, topk_length: bool = False) -> Tuple[str, str]:
+                    attn_sink: bool = False, topk_length: bool = False, h_q: Optional[int] = None,
+                    block_size: Optional[int] = None) -> Tuple[str, str]:
     """Which provider runs `backend` on `device` (None: the default CUDA device), and why.
 
     Returns ("flashmla" | "reference", reason). provider="flashmla" raises ProviderUnavailable
@@ -75,7 +76,7 @@ def select_provider(backend: str, device: Optional[torch.device], provider: str 
     if provider == "reference":
         return "reference", "provider='reference' was requested"
     reason = flashmla.unusable_reason(device, backend=backend, attn_sink=attn_sink,
-                                      topk_length=topk_length)
+                                      topk_length=topk_length, h_q=h_q, block_size=block_size)
     if reason is None:
         return "flashmla", "flash_mla imports and supports this device and these arguments"
     if provider == "flashmla":
@@ -97,7 +98,7 @@ def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length,
                           check_finite=check_finite)
     chosen, _ = select_provider("flashmla_sparse", q.device, provider,
                                 attn_sink=attn_sink is not None,
-                                topk_length=topk_length is not None)
+                                topk_length=topk_length is not None, h_q=shape.h_q)
     if shape.empty:  # no query: empty outputs, no kernel of any provider
         stats = q.new_empty(0, shape.h_q, dtype=torch.float32)
         return AttentionResult(q.new_empty(0, shape.h_q, D_V), stats, stats.clone(), chosen)
@@ -124,7 +125,8 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
     check_d_v(d_v)
     shape = check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite)
     chosen, _ = select_provider("flashmla_kv", q.device, provider,
-                                attn_sink=attn_sink is not None)
+                                attn_sink=attn_sink is not None, h_q=shape.h_q,
+                                block_size=shape.block_size)
     if shape.empty:  # no request or no query: empty outputs, no kernel of any provider
         b, s_q, h_q = shape.b, shape.s_q, shape.h_q
         return AttentionResult(q.new_empty(b, s_q, h_q, D_V),
@@ -184,7 +186,7 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
     if isinstance(decision_or_config, engine.Decision):
         decision = decision_or_config
     else:
-        pol = engine.load_policy(policy or _default_policy())
+        pol = engine.load_policy(policy if policy is not None else _default_policy())
         try:
             config = pol.normalize(decision_or_config)
         except engine.ConfigError as exc:

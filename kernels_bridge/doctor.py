@@ -38,7 +38,10 @@ def doctor_report() -> dict:
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # torch imported, so the reference kernels run: the bridge is usable (FlashMLA or not)
+        "bridge": {"usable": True, "reason": None},
         "torch": _guard(_torch_facts, {"version": getattr(torch, "__version__", None)}),
+        "numpy": _numpy_facts(),
         "device": _guard(_device_facts, None),
         "flash_mla": flash_mla,
         "backends": {name: _guard(lambda name=name: _auto_choice(name),
@@ -59,6 +62,12 @@ def render_doctor(report: dict) -> str:
         f"CUDA available: {'yes' if t.get('cuda_available') else 'no'}; "
         f"devices: {t.get('device_count', 0)})",
     ]
+    np_facts = report.get("numpy") or {}
+    if np_facts.get("version"):
+        lines.append(f"  numpy      {np_facts['version']}")
+    else:
+        lines.append(f"  numpy      does not import ({np_facts.get('error')}): torch warns at import "
+                     "without it; `pip install numpy`")
     if dev:
         cap = dev.get("capability") or ["?", "?"]
         lines.append(f"  device     cuda:{dev.get('index')} {dev.get('name')} "
@@ -92,6 +101,14 @@ def _guard(probe: Callable, fallback):
         if isinstance(fallback, dict):
             return {**fallback, "error": f"{type(exc).__name__}: {exc}"}
         return fallback
+
+
+def _numpy_facts() -> dict:
+    try:
+        import numpy
+    except ImportError as exc:
+        return {"version": None, "error": f"{type(exc).__name__}: {exc}"}
+    return {"version": numpy.__version__, "error": None}
 
 
 def _torch_facts() -> dict:

@@ -13,13 +13,21 @@ Which API the installed package speaks is detected once from its signatures (`Fl
   topk_length exist; natural-log statistics.
 - `upstream-log2-lse` (Sep/Oct-2025 builds): sparse prefill has neither attn_sink nor topk_length
   and returns max_logits and lse in base 2, which the adapter converts to natural log (and a query
-  with no valid index to lse +inf); decode metadata comes as tensors from get_mla_metadata.
+  with no valid index to lse +inf); decode metadata comes as tensors from get_mla_metadata. These
+  builds take only a page block size of 64 for decode (deepseek-ai/FlashMLA@1408756
+  csrc/pybind.cpp:236 "Currently page_block_size must be 64"), and their SM100 sparse prefill
+  only 128 heads (csrc/sm100/prefill/sparse/fwd.cu:708, B_H = 128).
+- `upstream-v41-only` (deepseek-ai/FlashMLA 2026.09.30 and later, e.g. PyPI deepinfer-flashmla
+  1.0.0): decode takes `enable_batch_invariant` and no `use_legacy` (sgl-flash-mla 1.0.0
+  flash_mla_interface.py:250-253 calls it "a 2026.09.30 feature"). That release dropped SM90 and
+  the V3.2 formats (its README; its flash_mla_interface.py: head_dim "must be 512"), so it is
+  detected only to be refused with that reason, never selected.
 Outputs always follow the reference's conventions: natural-log lse (and max_logits), decode lse
 [b, h_q, s_q].
 
-FlashMLA is usable for a call only when it imports, the tensors are on a CUDA device of compute
-capability 9.0 (SM90) or 10.x with x in {0, 3} (SM100 family), the build has the V3.2 kernels and
-supports the optional arguments given.
+FlashMLA is usable for a call only when it imports, the build has the V3.2 kernels, the tensors
+are on a CUDA device of compute capability 9.0 (SM90) or 10.x with x in {0, 3} (SM100 family),
+the build takes the call's shape (the 2025 limits above) and supports the optional arguments.
 """
 from __future__ import annotations
 
@@ -58,6 +66,7 @@ class Flavour:
     attn_sink: bool           # both kernels take attn_sink
     topk_length: bool         # sparse prefill takes topk_length
     legacy_kernels: Optional[bool]  # has_legacy(), when the package has the notion
+    v32_formats: bool = True  # the build has the V3.2 formats (576-dim q, 656-byte rows) and SM90
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,11 +100,16 @@ def detect_flavour(module) -> Flavour:
     metadata = inspect.signature(module.get_mla_metadata).parameters
     use_legacy = "use_legacy" in sparse and "use_legacy" in decode
     natural = use_legacy or "return_log2_lse" in sparse or "attn_sink" in sparse
+    # 2026.09.30 added enable_batch_invariant and dropped V3.2: without use_legacy there is no way
+    # back to the V3.2 kernels
+    v41_only = not use_legacy and "enable_batch_invariant" in decode
     sched_object = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in metadata.values())
     has_legacy = getattr(module, "has_legacy", None)
     legacy_kernels = bool(has_legacy()) if callable(has_legacy) else None
     if use_legacy:
         name = "sgl-use-legacy"
+    elif v41_only:
+        name = "upstream-v41-only"
     elif natural:
         name = "upstream-natural-lse"
     else:
@@ -109,6 +123,7 @@ def detect_flavour(module) -> Flavour:
         attn_sink="attn_sink" in sparse and "attn_sink" in decode,
         topk_length="topk_length" in sparse,
         legacy_kernels=legacy_kernels,
+        v32_formats=not v41_only,
     )
 
 
@@ -172,16 +187,22 @@ def _no_device_reason() -> str:
 
 
 def unusable_reason(device: Optional[torch.device] = None, *, backend: Optional[str] = None,
-                    attn_sink: bool = False, topk_length: bool = False) -> Optional[str]:
+                    attn_sink: bool = False, topk_length: bool = False,
+                    h_q: Optional[int] = None, block_size: Optional[int] = None) -> Optional[str]:
     """Why FlashMLA cannot run a call on `device` (None: the default CUDA device), or None.
 
-    backend: "flashmla_sparse" or "flashmla_kv" when the optional arguments matter; attn_sink,
-    topk_length: whether the call passes them.
+    backend: "flashmla_sparse" or "flashmla_kv" when the call's arguments matter; attn_sink,
+    topk_length: whether the call passes them; h_q, block_size: its head count and (decode) page
+    block size, which some builds limit.
     """
     probe = _load()
     if probe.module is None:
         return f"flash_mla does not import ({probe.error})"
     flavour = probe.flavour
+    if not flavour.v32_formats:
+        return (f"this flash_mla build ({flavour.name}: FlashMLA 2026.09.30 or later) dropped SM90 "
+                "and the DeepSeek-V3.2 formats (576-dim q, 656-byte FP8 rows); install "
+                "sgl-flash-mla, which keeps them behind use_legacy")
     if device is None:
         device = _default_device()
         if device is None:
@@ -196,6 +217,13 @@ def unusable_reason(device: Optional[torch.device] = None, *, backend: Optional[
     if flavour.use_legacy and flavour.legacy_kernels is False:
         return ("this flash_mla build has no legacy kernels (built with FLASH_MLA_BUILD_LEGACY=0), "
                 "and the DeepSeek-V3.2 formats live there")
+    if flavour.prefill_log2_lse and backend == "flashmla_kv" and block_size not in (None, 64):
+        return (f"this flash_mla build ({flavour.name}, 2025) takes only a page block size of 64 for "
+                f"decode; the cache has block_size {block_size}")
+    if flavour.prefill_log2_lse and backend == "flashmla_sparse" and cap[0] == 10 \
+            and h_q not in (None, 128):
+        return (f"this flash_mla build ({flavour.name}, 2025) runs sparse prefill on SM100 with 128 "
+                f"heads only; the call has h_q {h_q}")
     if attn_sink and not flavour.attn_sink:
         return f"this flash_mla build ({flavour.name}) does not take attn_sink"
     if topk_length and backend == "flashmla_sparse" and not flavour.topk_length:
@@ -237,9 +265,10 @@ def _status(probe: _Probe, dev, info, reason) -> dict:
     }
 
 
-def _require(device: torch.device, backend: str, *, attn_sink: bool, topk_length: bool):
+def _require(device: torch.device, backend: str, *, attn_sink: bool, topk_length: bool,
+             h_q: Optional[int] = None, block_size: Optional[int] = None):
     reason = unusable_reason(device, backend=backend, attn_sink=attn_sink,
-                             topk_length=topk_length)
+                             topk_length=topk_length, h_q=h_q, block_size=block_size)
     if reason is not None:
         raise ProviderUnavailable(f"FlashMLA cannot run {backend}: {reason}",
                                   status=flashmla_status(device))
@@ -277,7 +306,7 @@ def sparse_decode_fp8_flashmla(q, k_cache, indices, softmax_scale=None, attn_sin
 def prefill_call(q, kv, indices, sm_scale, attn_sink=None, topk_length=None):
     """The prefill call for arguments that already passed check_prefill."""
     module, flavour = _require(q.device, "flashmla_sparse", attn_sink=attn_sink is not None,
-                               topk_length=topk_length is not None)
+                               topk_length=topk_length is not None, h_q=q.shape[1])
     s_q, h_q = q.shape[0], q.shape[1]
     if s_q == 0:  # nothing to launch
         return (q.new_empty(0, h_q, D_V), q.new_empty(0, h_q, dtype=torch.float32),
@@ -299,7 +328,7 @@ def prefill_call(q, kv, indices, sm_scale, attn_sink=None, topk_length=None):
 def decode_call(q, k_cache, indices, softmax_scale=None, attn_sink=None):
     """The decode call for arguments that already passed check_decode."""
     module, flavour = _require(q.device, "flashmla_kv", attn_sink=attn_sink is not None,
-                               topk_length=False)
+                               topk_length=False, h_q=q.shape[2], block_size=k_cache.shape[1])
     b, s_q, h_q, _ = q.shape
     topk = indices.shape[-1]
     if b == 0 or s_q == 0:  # FlashMLA rejects b == 0; nothing to launch either way

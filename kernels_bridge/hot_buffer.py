@@ -64,9 +64,11 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 import torch
+
+from .resources import format_bytes, memory_budget, resolve_device
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
 
@@ -130,6 +132,9 @@ class HotBuffer:
         device: device of :attr:`buffer` and of the translation state; default the host pool's.
         page_size: rows per page of the paged view (64 for FlashMLA); also the size of the extra
             page each request gets for its newest token.
+        max_bytes: the most the buffer and its translation state may take on ``device``
+            (default: ``resources.memory_budget``, half of what can still be allocated there);
+            a larger request is refused before anything is allocated.
     """
 
     def __init__(
@@ -138,6 +143,7 @@ class HotBuffer:
         buffer_size: int,
         device: Union[str, torch.device, None] = None,
         page_size: int = 64,
+        max_bytes: Optional[int] = None,
     ) -> None:
         if not isinstance(host_pool, torch.Tensor):
             raise HotBufferError(
@@ -182,10 +188,8 @@ class HotBuffer:
                 f"buffer_size: got {buffer_size}; expected a multiple of page_size {page_size} "
                 f"so that every request's region is page-aligned for the paged view"
             )
-        try:
-            dev = torch.device(device) if device is not None else host_pool.device
-        except (RuntimeError, TypeError) as exc:
-            raise HotBufferError(f"device: got {device!r}; expected a torch device ({exc})") from None
+        dev = resolve_device(device if device is not None else host_pool.device, "device",
+                             HotBufferError)
 
         num_requests, max_seq_len = int(host_pool.shape[0]), int(host_pool.shape[1])
         rows_per_request = buffer_size + page_size
@@ -199,6 +203,14 @@ class HotBuffer:
                 f"num_requests * (buffer_size + page_size) = {num_requests * rows_per_request}; "
                 f"expected <= {_INT32_MAX} (translated rows are int32)"
             )
+        need = self.bytes_needed(num_requests, max_seq_len, buffer_size, page_size,
+                                 host_pool.element_size() * row_shape[0], dev)
+        limit, source = (max_bytes, "max_bytes") if max_bytes is not None else memory_budget(dev)
+        if need > limit:
+            raise HotBufferError(
+                f"buffer_size: {buffer_size} slots x {num_requests} requests need {format_bytes(need)} "
+                f"on {dev} (buffer rows and translation state); the limit is {format_bytes(limit)} "
+                f"({source})")
         if dev.type == "cuda" and not host_pool.is_pinned():
             host_pool = host_pool.pin_memory()
 
@@ -247,6 +259,16 @@ class HotBuffer:
         self._staging = None
         self._staging_rows = max(1, _STAGING_BYTES // self._row_bytes)
         self._copy_done = None  # CUDA event of the last host -> device copy from the staging
+
+    @staticmethod
+    def bytes_needed(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
+                     row_bytes: int, device=None) -> int:
+        """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position
+        maps and LRU order, the staging of a copy."""
+        small = torch.device(device or "cpu").type == "cpu" and buffer_size < 2**15
+        rows = num_requests * (buffer_size + page_size) * row_bytes
+        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * (2 if small else 4)
+        return rows + state + min(_STAGING_BYTES, rows)
 
     # ------------------------------------------------------------------ properties
     @property

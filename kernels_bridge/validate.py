@@ -18,10 +18,15 @@ Rules (FlashMLA's `csrc/api/sparse_{fwd,decode}.h` checks, plus the ones its ker
 - empty batches (s_q == 0, or b == 0 for decode) are valid and give empty outputs without running
   a kernel (FlashMLA itself rejects b == 0). An empty kv / k_cache (no rows) is rejected.
 - layout: last dim contiguous for q, kv, k_cache and indices; every row of a cache block packed
-  (k_cache.stride(1) == 656); attn_sink and topk_length contiguous; q, kv and k_cache base
-  addresses 16-byte aligned and the cache's block stride a multiple of 16 bytes (TMA); the outer
-  strides of indices multiples of 8 elements (32 bytes); every stride below 2**31 (the kernels
-  keep strides in int32).
+  (k_cache.stride(1) == 656, whatever the block size: FlashMLA checks it unconditionally); the
+  cache's block stride a whole number of 656-byte rows and at most 2**31 - 1 rows in all (SM100's
+  TMA map); attn_sink and topk_length contiguous; q, kv and k_cache base addresses 16-byte
+  aligned (TMA); the outer strides of indices multiples of 8 elements (32 bytes); every stride
+  below 2**31 (the kernels keep strides in int32).
+- what only some FlashMLA builds refuse (the 2025 builds' page block size of 64 for decode and
+  128 heads for SM100 prefill; builds without the V3.2 formats) is not a validation error: the
+  adapter reports those builds as unable to run the call (ProviderUnavailable, or the reference
+  under provider="auto"), so a call that validates runs on any provider that is selected.
 - one device for every tensor, a device with data (meta tensors have none: their values cannot
   be checked, nor computed on); dense tensors only (torch.strided layout).
 - values: decode indices are -1 or a row of the cache, 0 <= i < num_blocks * block_size (only -1
@@ -181,15 +186,26 @@ def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
     _same_device(q, k_cache=k_cache, indices=indices, attn_sink=attn_sink)
     _has_data(q=q)
     _last_dim_contiguous(q=q, k_cache=k_cache, indices=indices)
-    if block_size > 1 and k_cache.stride(1) != FP8_ROW_BYTES:
+    # FlashMLA checks the row stride whatever the block size, a block of one row included
+    # (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:301, @1408756 csrc/pybind.cpp:255)
+    if k_cache.stride(1) != FP8_ROW_BYTES:
         raise ValidationError(
-            f"k_cache: expected each cache block's rows packed (stride(1) == {FP8_ROW_BYTES}); "
-            f"got strides {tuple(k_cache.stride())} ({describe(k_cache)})", argument="k_cache")
-    if num_blocks > 1 and k_cache.stride(0) % BASE_ALIGN_BYTES:
+            f"k_cache: expected each cache block's rows packed (stride(1) == {FP8_ROW_BYTES}, for "
+            f"every block size); got strides {tuple(k_cache.stride())} ({describe(k_cache)})",
+            argument="k_cache")
+    # SM100 reads the cache through a TMA map of 656-byte rows: the block stride must be a whole
+    # number of rows, and the cache at most 2**31 of them (csrc/sm100/decode/head64/kernel.cuh:912,
+    # config.h:41 TMA_K_STRIDE; sgl-flash-mla 1.0.0 checks num_blocks * stride(0) / 656 <= INT32_MAX)
+    if k_cache.stride(0) % FP8_ROW_BYTES:
         raise ValidationError(
             f"k_cache: expected the block stride (stride(0) = {k_cache.stride(0)} bytes) to be a "
-            f"multiple of {BASE_ALIGN_BYTES} bytes; pad the blocks ({describe(k_cache)})",
-            argument="k_cache")
+            f"multiple of {FP8_ROW_BYTES} bytes (whole rows); pad the blocks by whole rows "
+            f"({describe(k_cache)})", argument="k_cache")
+    if num_blocks * (k_cache.stride(0) // FP8_ROW_BYTES) > MAX_STRIDE:
+        raise ValidationError(
+            f"k_cache: expected num_blocks * stride(0) / {FP8_ROW_BYTES} <= 2**31 - 1 (FlashMLA "
+            f"addresses rows with int32); got {num_blocks} blocks of stride {k_cache.stride(0)} "
+            f"({describe(k_cache)})", argument="k_cache")
     _contiguous_1d(attn_sink=attn_sink)
     _aligned(q=q, k_cache=k_cache)
     _index_strides(indices)
@@ -206,8 +222,11 @@ def check_scale(name: str, value, *, required: bool) -> None:
     """A softmax scale is a finite real number (None allowed when not required)."""
     if value is None and not required:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(float(value)):
+    try:  # float() of an int past 1e308 raises OverflowError: not finite either
+        finite = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    except (OverflowError, ValueError, TypeError):
+        finite = False
+    if not finite:
         need = "a finite real number" if required else "None or a finite real number"
         raise ValidationError(f"{name}: expected {need}; got {describe(value)}", argument=name)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -22,9 +21,19 @@ from .dispatch import BACKENDS, attend
 from .errors import ValidationError
 from .fp8 import BF16_ROW_BYTES, FP8_ROW_BYTES, quantize_kv_fp8
 from .hot_buffer import HotBuffer
+from .resources import format_bytes, memory_budget, resolve_device
 
 PAGE = 64
 D_QK, D_V = 576, 512
+
+
+# The workload's knobs are SGLang's --hisparse-config names, with SGLang's defaults: top_k 2048,
+# device_buffer_size 2 * top_k. Messages name the flags `hisparse attend` spells them with.
+TOP_K_FLAG, BUFFER_FLAG = "--hisparse-top-k", "--hisparse-device-buffer-size"
+DEFAULT_TOP_K = 2048
+MAX_SEED = 2**63 - 1
+PART_NAMES = {"--requests x --context": "KV", f"--requests x {BUFFER_FLAG}": "hot buffer",
+              f"--requests x {TOP_K_FLAG}": "per-step scratch"}
 
 
 @dataclass
@@ -32,8 +41,8 @@ class Workload:
     requests: int = 4
     context: int = 4096
     heads: int = 128
-    top_k: int = 512
-    buffer_size: int = 1024
+    top_k: int = DEFAULT_TOP_K
+    buffer_size: int = 2 * DEFAULT_TOP_K
     steps: int = 8
     locality: float = 0.7
     seed: int = 0
@@ -41,26 +50,54 @@ class Workload:
     device: str = "cpu"
     softmax_scale: float = D_QK ** -0.5
 
-    def check(self) -> None:
-        """Refuse a workload the kernels or the hot buffer would refuse, before building anything."""
+    def check(self, max_bytes: int | None = None, budget: str = "max_bytes") -> None:
+        """Refuse a workload the kernels or the hot buffer would refuse, or one that needs more
+        than `max_bytes` (host and device together), before building anything."""
         problems = []
         if self.requests < 1:
             problems.append(f"--requests {self.requests}: at least 1")
         if self.heads not in (64, 128):
             problems.append(f"--heads {self.heads}: FlashMLA supports 64 or 128")
         if self.top_k < 1:
-            problems.append(f"--top-k {self.top_k}: at least 1")
+            problems.append(f"{TOP_K_FLAG} {self.top_k}: at least 1")
         if self.buffer_size % PAGE or self.buffer_size < self.top_k:
-            problems.append(f"--buffer-size {self.buffer_size}: a multiple of {PAGE} and at least --top-k "
-                            f"({self.top_k})")
+            problems.append(f"{BUFFER_FLAG} {self.buffer_size}: a multiple of {PAGE} and at least "
+                            f"{TOP_K_FLAG} ({self.top_k})")
         if self.context < self.top_k:
-            problems.append(f"--context {self.context}: at least --top-k ({self.top_k})")
+            problems.append(f"--context {self.context}: at least {TOP_K_FLAG} ({self.top_k})")
         if self.steps < 1:
             problems.append(f"--steps {self.steps}: at least 1")
         if not 0.0 <= self.locality <= 1.0:
             problems.append(f"--locality {self.locality}: a share between 0 and 1")
+        if not 0 <= self.seed <= MAX_SEED:
+            problems.append(f"--seed {self.seed}: between 0 and 2**63 - 1")
         if problems:
             raise ValidationError("; ".join(problems), argument="workload")
+        if max_bytes is not None:
+            parts = self.bytes_needed()
+            need = sum(parts.values())
+            if need > max_bytes:
+                flags, _ = max(parts.items(), key=lambda kv: kv[1])
+                shown = ", ".join(f"{PART_NAMES[k]} {format_bytes(v)}" for k, v in parts.items() if v)
+                raise ValidationError(
+                    f"{flags}: this workload needs {format_bytes(need)} ({shown}); the limit is "
+                    f"{format_bytes(max_bytes)} ({budget}); make it smaller, or raise the limit with "
+                    f"--max-memory", argument="workload")
+
+    def bytes_needed(self) -> dict:
+        """Bytes the run allocates, by the flag that drives each part: the KV of every request
+        (the BF16 truth, the FP8 rows and their scratch) grows with --requests and --context
+        (+ --steps), the hot buffer with the buffer size, a step's picks and reference with the
+        top-k. An upper bound: FP8 rows are counted whatever the backend."""
+        length = self.context + self.steps
+        row = max(FP8_ROW_BYTES, BF16_ROW_BYTES)
+        kv = self.requests * length * (BF16_ROW_BYTES + FP8_ROW_BYTES)
+        kv_scratch = length * D_QK * 4 * 3  # one request's float32 randn, product, quantize scratch
+        picks = self.requests * length * (4 + 1 + 8) * 2  # random keys, mask, sort indices
+        hb = HotBuffer.bytes_needed(self.requests, length, self.buffer_size, PAGE, row, self.device)
+        reference = self.requests * self.top_k * D_QK * 8 * 3 + self.requests * self.heads * self.top_k * 8 * 3
+        return {"--requests x --context": kv + kv_scratch + picks, f"--requests x {BUFFER_FLAG}": hb,
+                f"--requests x {TOP_K_FLAG}": reference}
 
 
 @dataclass
@@ -113,9 +150,16 @@ def _dense_reference(q: torch.Tensor, kv: torch.Tensor, picks: torch.Tensor, sca
     return torch.einsum("rhk,rkd->rhd", torch.softmax(logits, dim=-1), rows[..., :D_V])
 
 
-def run(decision, w: Workload, progress=None) -> dict:
-    """Run the workload with the decode backend `decision` chose; returns the report (a dict)."""
+def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> dict:
+    """Run the workload with the decode backend `decision` chose; returns the report (a dict).
+    The workload is checked first, its memory included (against `max_bytes`, default
+    resources.memory_budget of its device), so nothing is allocated for a run that cannot fit."""
     w.check()
+    device = resolve_device(w.device, "--device")
+    budget = "max_bytes"
+    if max_bytes is None:
+        max_bytes, budget = memory_budget(device)
+    w.check(max_bytes, budget)
     backend = decision.backends.get("decode")
     if backend not in BACKENDS:
         raise ValidationError(f"backend: the policy chose {backend!r} for decode; the bridge runs "
@@ -123,13 +167,13 @@ def run(decision, w: Workload, progress=None) -> dict:
     fp8 = backend == "flashmla_kv"
     multiple = 64 if fp8 else 128
     if w.top_k % multiple:
-        raise ValidationError(f"--top-k {w.top_k}: {backend} needs a multiple of {multiple}", argument="top_k")
+        raise ValidationError(f"{TOP_K_FLAG} {w.top_k}: {backend} needs a multiple of {multiple}",
+                              argument="top_k")
     gen = torch.Generator().manual_seed(w.seed)
     max_len = w.context + w.steps
     kv = _kv(w.requests, max_len, gen)                          # the BF16 truth
     pool = _pool(kv, fp8)                                      # host rows in the backend's layout
-    device = torch.device(w.device)
-    hb = HotBuffer(pool, w.buffer_size, device=device, page_size=PAGE)
+    hb = HotBuffer(pool, w.buffer_size, device=device, page_size=PAGE, max_bytes=max_bytes)
     cache = hb.paged_view()                                    # FP8 [pages, 64, 1, 656] / BF16 [rows, 1, 576]
     req_ids = torch.arange(w.requests)
     times = StepTimes()
@@ -218,8 +262,3 @@ def report_text(r: dict) -> str:
         f"({acc['max_abs_error_relative']:.2%} of the largest output)",
     ]
     return "\n".join(lines)
-
-
-def stderr_progress(done: int, total: int) -> None:
-    end = "\n" if done == total else ""
-    print(f"\rstep {done}/{total}", end=end, file=sys.stderr, flush=True)

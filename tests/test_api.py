@@ -38,6 +38,67 @@ def test_bad_refs(ref, code, text):
     assert text in str(exc.value)
 
 
+@pytest.mark.parametrize("name", ["nsa-backends", "nsa-backends@2", "mini"])
+def test_a_file_in_the_working_directory_never_replaces_a_ref(tmp_path, monkeypatch, capsys, name):
+    """A ref is a file only when spelled as a path; what happens to lie in the working directory
+    never decides, for load_policy, the CLI, apply() and $HISPARSE_POLICY alike."""
+    from engine.sglang import apply
+    from helpers import run_cli
+
+    (tmp_path / name).write_text(minimal_text())  # a valid policy, but not the one asked for
+    monkeypatch.chdir(tmp_path)
+    clear_cache()
+    if name == "mini":
+        with pytest.raises(engine.PolicyError, match="no policy family 'mini'"):
+            engine.load_policy(name)
+        return
+    shipped = engine.load_policy(name, policy_dir=os.path.join(ROOT, "policies"))
+    assert engine.load_policy(name).sha256 == shipped.sha256
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", name, "--format", "json")
+    assert code in (0, 1) and json.loads(out)["policy"]["sha256"] == shipped.sha256
+    monkeypatch.setenv("HISPARSE_POLICY", name)
+    code, out, _ = run_cli(capsys, "evaluate", "--format", "json")
+    assert json.loads(out)["policy"]["sha256"] == shipped.sha256
+
+    class Args:
+        model_path, kv_cache_dtype, enable_hisparse, disable_radix_cache = "x/DeepSeek-V3.2", "bfloat16", False, False
+
+    assert apply(Args()).policy.sha256 == shipped.sha256
+    # spelled as a path, the same file is what is loaded
+    assert engine.load_policy("./" + name).family == "mini"
+
+
+def test_path_spellings(tmp_path, monkeypatch):
+    from engine.loader import looks_like_path
+
+    for ref in ("a/b", "./x", ".hidden", "~/p", "p.yaml", "p.yml", "p.json", os.path.join("d", "p")):
+        assert looks_like_path(ref), ref
+    for ref in ("nsa-backends", "nsa-backends@2", "mini"):
+        assert not looks_like_path(ref), ref
+    write_policy(tmp_path, minimal_text(), "mini/v1.yaml")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert engine.load_policy("~/mini/v1.yaml").ref == "mini@1"
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["--policy", ""], {}), (["--policy", "  "], {}), ([], {"HISPARSE_POLICY": ""}),
+    (["--policy-dir", ""], {}), ([], {"HISPARSE_POLICY_DIR": ""}),
+])
+def test_empty_policy_settings_are_refused(capsys, monkeypatch, argv, env):
+    from helpers import run_cli
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for command in (["evaluate"], ["table"], ["explain"], ["conform"], ["replay", "r.jsonl"]):
+        code, out, err = run_cli(capsys, *command, *argv)
+        assert code == 2 and out == "" and "R602" in err and "Traceback" not in err, err
+    if not argv:
+        with pytest.raises(engine.PolicyError, match="set but empty"):
+            from engine.sglang import apply
+
+            apply(type("A", (), {"kv_cache_dtype": "auto"})())
+
+
 def test_policy_dir_from_env(tmp_path, monkeypatch):
     write_policy(tmp_path, minimal_text(), "mini/v1.yaml")
     monkeypatch.setenv("HISPARSE_POLICY_DIR", str(tmp_path))

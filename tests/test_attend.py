@@ -116,8 +116,8 @@ def test_threads_option_sets_and_reports_torch_threads(capsys):
 
     before = torch.get_num_threads()
     try:
-        code, out, _ = run_cli(capsys, "attend", "--requests", "1", "--context", "256", "--top-k", "128",
-                               "--buffer-size", "128", "--steps", "1", "--threads", "1", "--format", "json")
+        code, out, _ = run_cli(capsys, "attend", "--requests", "1", "--context", "256", "--hisparse-top-k", "128",
+                               "--hisparse-device-buffer-size", "128", "--steps", "1", "--threads", "1", "--format", "json")
         assert code == 0
         assert json.loads(out)["workload"]["threads"] == 1 and torch.get_num_threads() == 1
         code, _, err = run_cli(capsys, "attend", "--threads", "0")

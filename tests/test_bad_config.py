@@ -76,7 +76,8 @@ def test_unrelated_keys_are_ignored_with_a_note(capsys, tmp_path):
     path = write(tmp_path, "server.yaml", "tp: 8\nmodel-path: x\ntrust-remote-code: true\nenable-hisparse: true\n")
     rc, out, err = run_cli(capsys, "evaluate", "--policy", V2, "--config", path, "--format", "json")
     assert rc == 1 and json.loads(out)["enable_hisparse"] is True
-    assert f"note: {path}: ignored 3 key(s) the policy does not read: tp, model-path, trust-remote-code" in err
+    assert f"note: {path}: ignored 2 key(s) the policy does not read: tp, trust-remote-code" in err
+    assert "note: cannot tell whether x uses DeepSeek Sparse Attention" in err  # model-path is read
 
 
 @pytest.mark.parametrize("name, data, code, where, text", [

@@ -157,7 +157,15 @@ DECODE_CASES = [
      ["stride(1) == 656"]),
     ("cache-block-stride", "k_cache",
      lambda a: torch.zeros(4 * 64 * 656 + 8, dtype=torch.uint8).as_strided(
-         (4, 64, 1, 656), (64 * 656 + 1, 656, 656, 1)), "k_cache", ["multiple of 16"]),
+         (4, 64, 1, 656), (64 * 656 + 1, 656, 656, 1)), "k_cache", ["multiple of 656 bytes"]),
+    # padded by 16 bytes: aligned, but not a whole row, which SM100's TMA map needs
+    ("cache-block-stride-16", "k_cache",
+     lambda a: torch.zeros(4 * (64 * 656 + 16), dtype=torch.uint8).as_strided(
+         (4, 64, 1, 656), (64 * 656 + 16, 656, 656, 1)), "k_cache", ["multiple of 656 bytes"]),
+    # blocks of one row with padded rows: FlashMLA checks stride(1) whatever the block size
+    ("cache-one-row-blocks", "k_cache",
+     lambda a: torch.zeros(256, 1, 1, 672, dtype=torch.uint8)[..., :656], "k_cache",
+     ["stride(1) == 656, for every block size"]),
     ("cache-aligned", "k_cache", lambda a: misaligned((4, 64, 1, 656), torch.uint8, 5),
      "k_cache", ["aligned"]),
     ("cache-device", "k_cache", lambda a: a["k_cache"].to("meta"), "k_cache", ["device meta"]),
@@ -429,3 +437,15 @@ def test_empty_prefill_runs_no_kernel(monkeypatch):
     args = prefill_args(s_q=0)
     result = run_backend("flashmla_sparse", args["q"], args["kv"], args["indices"], sm_scale=0.1)
     assert result.out.shape == (0, 64, 512) and result.lse.shape == result.max_logits.shape == (0, 64)
+
+
+@pytest.mark.parametrize("scale", [10 ** 400, -(10 ** 400), float("inf"), float("nan"), True, "0.1"])
+def test_a_scale_no_float_can_hold_is_a_validation_error(scale):
+    q = torch.zeros(1, 1, 64, 576, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 64, 1, 656, dtype=torch.uint8)
+    idx = torch.full((1, 1, 64), -1, dtype=torch.int32)
+    with pytest.raises(ValidationError, match="softmax_scale: expected None or a finite real number"):
+        run_backend("flashmla_kv", q, cache, idx, softmax_scale=scale)
+    kv = torch.zeros(64, 1, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValidationError, match="sm_scale: expected a finite real number"):
+        run_backend("flashmla_sparse", q[0], kv, torch.full((1, 1, 128), -1, dtype=torch.int32), sm_scale=scale)

@@ -13,7 +13,7 @@ from engine import cache, loader
 from engine.reading import sha256
 from helpers import ROOT, minimal_text, write_policy
 
-SHIPPED = ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3"]
+SHIPPED = [f"{family}@{v}" for family, versions in engine.list_families().items() for v in versions]
 
 
 @pytest.fixture
@@ -60,6 +60,43 @@ def test_a_cached_policy_decides_what_the_file_decides(folder, ref):
     assert d1.to_dict() == d2.to_dict() and len(t1.steps) == len(t2.steps)
 
 
+@pytest.mark.parametrize("ref", SHIPPED)
+def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
+    """What a policy declares (upstream, inputs with their removed and deprecated spellings,
+    phases with the backends each accepts) comes from the entry as the file gives it, and so does
+    every decision of the whole domain, from evaluate and from the bulk probe."""
+    from engine import domain
+
+    monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
+    fresh = _fresh_load(ref)
+    monkeypatch.delenv("HISPARSE_NO_CACHE")
+    _fresh_load(ref)  # writes the entry
+    cached = _fresh_load(ref)
+    assert _from_cache(cached) and not _from_cache(fresh)
+    for key in ("family", "version", "description", "source", "backends", "upstream", "inputs", "phases",
+                "written", "rule_meta", "key_map", "deprecated_keys", "removed_keys", "phase_key_aliases"):
+        assert getattr(cached, key) == getattr(fresh, key), key
+    assert "_data" in cached.__dict__  # all of that without building the rest of the model
+    assert (cached.upstream.label() if cached.upstream else None) == (fresh.upstream.label() if fresh.upstream else None)
+    assert [(ph, s.backends) for ph, s in cached.phases.items()] == [(ph, s.backends) for ph, s in fresh.phases.items()]
+    for key in fresh.removed_keys:  # a removed spelling is refused alike (the message names upstream)
+        with pytest.raises(engine.ConfigError) as want:
+            fresh.evaluate({key: None})
+        with pytest.raises(engine.ConfigError) as got:
+            cached.evaluate({key: None})
+        assert got.value.problems == want.value.problems
+    configs = list(fresh.domain())
+    for config in configs:
+        a, b = cached.evaluate(config), fresh.evaluate(config)
+        assert a.to_dict() == b.to_dict() and a.violations == b.violations, config
+    rows = [tuple(c.values()) for c in configs]
+    assert [r for chunk in domain.results(cached, rows) for r in chunk] == \
+        [r for chunk in domain.results(fresh, rows) for r in chunk]
+    # the rest of the model, built on first use, is the file's: rules with their placement
+    assert [(r.name, r.stage, r.at, r.line) for r in cached.rule_list] == \
+        [(r.name, r.stage, r.at, r.line) for r in fresh.rule_list]
+
+
 def test_a_new_process_skips_parsing_and_the_schema(folder):
     _fresh_load("nsa-backends@3")  # writes the entry
     probe = ("import sys, engine; d = engine.evaluate('nsa-backends@3', {'enable_hisparse': True}); "
@@ -68,6 +105,32 @@ def test_a_new_process_skips_parsing_and_the_schema(folder):
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "[]"]
+
+
+HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.build", "dataclasses")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache"],
+    ["--dsa-prefill-backend", "tilelang", "--kv-cache-dtype", "fp8_e4m3"],  # a check at defaults fails
+    # a launch command with a model path (a JSON option's text or a --config file is parsed by
+    # the file reader, which imports PyYAML)
+    ["--", "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3.2", "--enable-hisparse",
+     "--kv-cache-dtype", "fp8_e4m3"],
+])
+def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
+    """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no
+    PyYAML, jsonschema, torch, SGLang, rule model or dataclasses in the process."""
+    _fresh_load("nsa-backends")  # writes the entry
+    probe = ("import sys; from engine.cli import main\n"
+             f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+             f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ), timeout=120)
+    assert "IMPORTED" in out.stdout, out.stderr
+    code, imported = out.stdout.split("IMPORTED ", 1)[1].split(" ", 1)
+    assert imported.strip() == "[]", (code, out.stderr)
+    assert code in ("0", "1")  # decided (accepted or rejected), not a usage error
 
 
 def _damaged(data: bytes) -> list:

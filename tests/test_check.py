@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+import engine
+
 from helpers import FIXTURES, MINIMAL, minimal_text, run_cli, write_policy
 
 BAD = os.path.join(FIXTURES, "policies")
@@ -98,6 +100,10 @@ def test_missing_path(capsys, tmp_path):
     ("          fp8_e4m3: [flashmla_kv]\n", "", "E310", (34, 9)),
     ("when: {kv_cache_dtype: fp8_e4m3}", "when: {kv_cache_dtype: {'>=': 3}}", "E308", (24, 31)),
     ("policy: mini", "policy: Mini", "E201", (1, 9)),
+    # integers are ints: a whole float is refused wherever the language wants an integer
+    ("version: 1", "version: 1.0", "E201", (2, 10)),
+    ("    default: 9\n", "    default: 9.0\n", "E201", (12, 14)),
+    ("    default: 9\n", "    default: 9\n    minimum: 9.0\n", "E201", (13, 14)),
 ])
 def test_schema_and_name_errors(capsys, tmp_path, old, new, code, where):
     text = minimal_text()
@@ -107,6 +113,14 @@ def test_schema_and_name_errors(capsys, tmp_path, old, new, code, where):
     assert rc == 2
     prefix = f"{path}:{where[0]}:{where[1]}: {code}:"
     assert any(line.startswith(prefix) for line in out.strip().splitlines()), out
+
+
+def test_a_float_version_says_how_to_write_it(capsys, tmp_path):
+    path = write_policy(tmp_path, minimal_text().replace("version: 1", "version: 1.0", 1))
+    rc, out, _ = run_cli(capsys, "check", path)
+    assert rc == 2 and "version: 1.0 is not of type 'integer' (write 1: " in out
+    with pytest.raises(engine.PolicyError):
+        engine.load_policy(path)
 
 
 def test_file_placement_must_match_identity(capsys, tmp_path):

@@ -68,11 +68,11 @@ def test_config_file_yaml(capsys, tmp_path):
                    "kv-cache-dtype: fp8_e4m3\ndisable_radix_cache: true\n")
     code, out, err = run_cli(capsys, "evaluate", "--config", str(cfg), "--format", "json")
     assert code == 0
-    assert json.loads(out)["nsa_decode_backend"] == "flashmla_kv"
-    assert "ignored 2 key(s) the policy does not read: model-path, tp" in err
+    assert json.loads(out)["dsa_decode_backend"] == "flashmla_kv"
+    assert "ignored 1 key(s) the policy does not read: tp" in err  # model-path is read: dsa_model
     # flags override the file
     code, out, _ = run_cli(capsys, "evaluate", "--config", str(cfg), "--kv-cache-dtype", "bfloat16", "--format", "json")
-    assert json.loads(out)["nsa_decode_backend"] == "flashmla_sparse"
+    assert json.loads(out)["dsa_decode_backend"] == "flashmla_sparse"
 
 
 def test_config_file_near_miss_is_an_error(capsys, tmp_path):
@@ -87,7 +87,7 @@ def test_config_file_json_and_bad_files(capsys, tmp_path):
     cfg = tmp_path / "server.json"
     cfg.write_text(json.dumps({"enable_hisparse": True, "disable_radix_cache": True}))
     code, out, _ = run_cli(capsys, "evaluate", "--config", str(cfg), "--format", "json")
-    assert code == 0 and json.loads(out)["nsa_decode_backend"] == "flashmla_sparse"
+    assert code == 0 and json.loads(out)["dsa_decode_backend"] == "flashmla_sparse"
     cfg.write_text("[1, 2]")
     code, _, err = run_cli(capsys, "evaluate", "--config", str(cfg))
     assert code == 2 and "C504" in err
@@ -163,4 +163,130 @@ def test_console_help_process():
     assert proc.returncode == 0 and "evaluate" in proc.stdout
     proc = run_process("evaluate", "--help")
     assert proc.returncode == 0
-    assert "--nsa-decode-backend BACKEND" in proc.stdout and "--no-dsa-model" in proc.stdout
+    assert "--dsa-decode-backend BACKEND" in proc.stdout and "--no-dsa-model" in proc.stdout
+    assert "--nsa-decode-backend" not in proc.stdout  # removed in the default policy's SGLang
+
+
+def test_terminal_controls_are_escaped_in_text_and_json(capsys, tmp_path):
+    from helpers import minimal_text, write_policy
+
+    text = minimal_text().replace("(SM{sm_major})", "(SM{sm_major}) \\e[2J\\rACCEPTED \\u202e\\x9b")
+    path = write_policy(tmp_path, text)
+    args = ["evaluate", "--policy", path, "--kv-cache-dtype", "fp8_e4m3", "--decode-backend", "flashmla_sparse"]
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 1
+    assert "\\x1b[2J\\x0dACCEPTED \\u202e\\x9b" in out
+    assert not any(c in out for c in "\x1b\r\x9b\u202e")
+    code, out, _ = run_cli(capsys, *args, "--format", "json")
+    assert "\\u009b" in out and "\x9b" not in out and "\u202e" not in out
+    assert json.loads(out)["violations"][0]["message"].endswith("\x1b[2J\rACCEPTED \u202e\x9b")
+
+
+def test_progress_lines_suit_the_stream():
+    import io
+
+    from engine.output import Progress
+
+    log = io.StringIO()
+    p = Progress("step", 3, delay=0.0, every=0.0, stream=log)
+    for done in (1, 2, 3):
+        p(done)
+    assert log.getvalue() == "step 1/3\nstep 2/3\nstep 3/3\n"  # whole lines: never "step 1/3step 2/3"
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    p = Progress("step", 2, delay=0.0, stream=tty)
+    p(1)
+    p(2)
+    assert tty.getvalue() == "\rstep 1/2\rstep 2/2\n"
+    quiet = io.StringIO()
+    p = Progress("step", 2, delay=60.0, stream=quiet)
+    p(1)
+    p(2)
+    assert quiet.getvalue() == ""  # a job that ends before the delay shows nothing
+
+
+def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
+    """No policy input may take a command's own option as its flag (`hisparse check` refuses it
+    with E309), so that a policy can never collide with a command's parser."""
+    from engine import cli
+    from engine.build import RESERVED_FLAGS
+
+    seen = {}
+    real = cli._Parser.parse_args
+
+    def capture(self, *a, **k):
+        seen[self.prog] = self
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli._Parser, "parse_args", capture)
+    for command in cli.COMMANDS:
+        with pytest.raises(SystemExit):
+            cli.COMMANDS[command][0](["a", "b"] if command == "diff" else [])
+    monkeypatch.setattr(cli._Parser, "parse_args", real)
+    from engine.loader import list_families
+
+    refs = [f"nsa-backends@{v}" for v in list_families()["nsa-backends"]]
+    policy_flags = {f for ref in refs for spec in __import__("engine").load_policy(ref).inputs.values()
+                    for f in tuple(spec.flags) + tuple(spec.deprecated)}
+    own = {o for parser in seen.values() for o in parser._option_string_actions
+           if o.startswith("--") and not o.startswith("--no-")}
+    assert len(seen) == len(cli.COMMANDS)
+    missing = own - RESERVED_FLAGS - policy_flags - {"--hisparse-top-k", "--hisparse-device-buffer-size"}
+    assert not missing
+
+
+def test_misspelt_flag_gets_did_you_mean(capsys):
+    code, _, err = run_cli(capsys, "evaluate", "--kv-cache-dtpye", "fp8_e4m3")
+    assert code == 2
+    assert "unrecognized arguments: --kv-cache-dtpye (did you mean '--kv-cache-dtype'?)" in err
+    code, _, err = run_cli(capsys, "table", "--were", "x=1")
+    assert code == 2 and "did you mean '--where'?" in err
+
+
+def test_a_reader_that_leaves_is_not_a_read_error(tmp_path):
+    """--batch output into a pipe whose reader quits (| head): the command ends quietly, and
+    never says the batch input could not be read."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    lines = tmp_path / "many.jsonl"
+    lines.write_text('{"enable_hisparse": true}\n' * 20000)
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "evaluate", "--batch", str(lines)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert json.loads(first)["line"] == 1
+    assert "cannot read" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_huge_integers_in_text_are_refused_by_name(capsys):
+    big = "9" * 5000
+    for argv, text in ((["evaluate", "--policy", "nsa-backends@" + big], "R601: no version 999"),
+                       (["table", "--where", "sm_major=" + big], "--where sm_major='999"),
+                       (["evaluate", "--sm-major", big], "invalid int value: '999")):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and text in err and "internal error" not in err
+        assert len(err) < 600  # the number is clipped, not echoed whole
+
+
+def test_whole_domain_operations_report_progress():
+    import engine
+    from engine.diff import PROGRESS_EVERY, diff
+    from engine.table import routing_rows
+
+    seen = []
+    a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    result = diff(a, b, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (result["total"], result["total"])
+    assert len(seen) == result["total"] // PROGRESS_EVERY + 1
+    seen.clear()
+    routing_rows(b, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] and all(d <= t for d, t in seen)

@@ -71,3 +71,37 @@ def test_report_never_raises(monkeypatch):
     for choice in report["backends"].values():
         assert "driver exploded" in choice["error"]
     assert "driver exploded" in render_doctor(report)
+
+
+BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; {numpy}"
+               "from engine.cli import main; sys.exit(main({argv!r}))")
+
+
+@pytest.mark.parametrize("numpy_missing", [False, True])
+def test_doctor_without_torch_reports_and_exits_1(numpy_missing):
+    """Without torch doctor still reports (exit 1: the bridge cannot run here), and its hint
+    names everything needed: numpy too, whose absence makes torch warn at import."""
+    import subprocess
+
+    from helpers import ROOT
+
+    code = BLOCK_TORCH.format(numpy="sys.modules['numpy'] = None; " if numpy_missing else "",
+                              argv=["doctor"])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "torch      does not import" in proc.stdout
+    assert "pip install torch==2.13.0 numpy" in proc.stdout
+    assert ("numpy      does not import" in proc.stdout) is numpy_missing
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH.format(numpy="", argv=["doctor", "--format", "json"])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["bridge"]["usable"] is False
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH.format(numpy="", argv=["attend"])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "pip install torch==2.13.0 numpy" in proc.stderr
+
+
+def test_doctor_with_torch_exits_0_and_reports_numpy(without_flash_mla):
+    report = doctor_report()
+    assert report["bridge"]["usable"] is True
+    assert report["numpy"]["version"] and "numpy" in render_doctor(report)

@@ -58,13 +58,13 @@ def calls(mod, name):
 EXPECTED = {
     "sgl-use-legacy": dict(use_legacy=True, kv_format=True, prefill_log2_lse=False,
                            sched_meta_object=True, attn_sink=True, topk_length=True,
-                           legacy_kernels=True),
+                           legacy_kernels=True, v32_formats=True),
     "upstream-natural-lse": dict(use_legacy=False, kv_format=False, prefill_log2_lse=False,
                                  sched_meta_object=True, attn_sink=True, topk_length=True,
-                                 legacy_kernels=None),
+                                 legacy_kernels=None, v32_formats=True),
     "upstream-log2-lse": dict(use_legacy=False, kv_format=False, prefill_log2_lse=True,
                               sched_meta_object=False, attn_sink=False, topk_length=False,
-                              legacy_kernels=None),
+                              legacy_kernels=None, v32_formats=True),
 }
 
 
@@ -307,3 +307,131 @@ def test_importing_the_bridge_does_not_import_flash_mla():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---- builds that cannot serve a call: refused by name, never selected --------------------------
+
+def test_a_build_without_v32_is_detected_and_never_selected(monkeypatch):
+    """FlashMLA 2026.09.30+ (deepinfer-flashmla 1.0.0) dropped SM90 and the V3.2 formats: its
+    signature tells it apart, and it is reported unusable instead of failing in the kernel."""
+    mod = fake_flash_mla.install(monkeypatch, fake_flash_mla.V41_ONLY, capability=(10, 0))
+    flavour = flashmla.detect_flavour(mod)
+    assert flavour.name == "upstream-v41-only" and flavour.v32_formats is False
+    status = flashmla_status(torch.device("cpu"))
+    assert not status["usable"] and "dropped SM90 and the DeepSeek-V3.2 formats" in status["reason"]
+    dq, cache, didx = decode_inputs()
+    q, kv, idx = prefill_inputs()
+    with pytest.raises(ProviderUnavailable, match="sgl-flash-mla"):
+        run_backend("flashmla_kv", dq, cache, didx, provider="flashmla")
+    with pytest.raises(ProviderUnavailable, match="V3.2 formats"):
+        run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1, provider="flashmla")
+    assert run_backend("flashmla_kv", dq, cache, didx).provider == "reference"
+    assert mod.calls == []
+    with pytest.raises(fake_flash_mla.KernelError, match="512"):  # what a call would have met
+        mod.flash_mla_sparse_fwd(q, kv, idx, 0.1)
+
+
+def test_2025_builds_decode_only_page_blocks_of_64(monkeypatch):
+    mod = fake_flash_mla.install(monkeypatch, "upstream-log2-lse")
+    dq, cache, didx = decode_inputs(nb=32, bs=16)
+    with pytest.raises(ProviderUnavailable, match="page block size of 64.*block_size 16"):
+        run_backend("flashmla_kv", dq, cache, didx, provider="flashmla")
+    assert run_backend("flashmla_kv", dq, cache, didx).provider == "reference"
+    assert mod.calls == []
+    sched, splits = mod.get_mla_metadata(torch.full((2,), 128, dtype=I32), 128, 1, 128, True, 128)
+    with pytest.raises(fake_flash_mla.KernelError, match="page_block_size must be 64"):
+        mod.flash_mla_with_kvcache(dq, cache.view(torch.float8_e4m3fn), torch.empty(2, 0, dtype=I32),
+                                   torch.full((2,), 128, dtype=I32), 512, sched, splits,
+                                   is_fp8_kvcache=True, indices=didx)
+    dq, cache, didx = decode_inputs(nb=8, bs=64)
+    assert run_backend("flashmla_kv", dq, cache, didx, provider="flashmla").provider == "flashmla"
+
+
+def test_2025_builds_prefill_on_sm100_only_with_128_heads(monkeypatch):
+    fake_flash_mla.install(monkeypatch, "upstream-log2-lse", capability=(10, 0))
+    q, kv, idx = prefill_inputs(h_q=64)
+    with pytest.raises(ProviderUnavailable, match="128 heads only; the call has h_q 64"):
+        run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1, provider="flashmla")
+    q, kv, idx = prefill_inputs(h_q=128)
+    assert run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1).provider == "flashmla"
+
+
+_ROWS = {}
+
+
+def _cache_layout(nb, bs, row_pad, block_pad, seed=3):
+    """FP8 rows [nb, bs, 1, 656] laid out with `row_pad` bytes after each row and `block_pad`
+    after each block (a strided view into a larger buffer)."""
+    if (nb * bs, seed) not in _ROWS:
+        g = torch.Generator().manual_seed(seed)
+        _ROWS[nb * bs, seed] = quantize_kv_fp8(torch.randn(nb * bs, 576, generator=g).to(BF16))
+    rows = _ROWS[nb * bs, seed]
+    row_stride = 656 + row_pad
+    block_stride = bs * row_stride + block_pad
+    buf = torch.zeros(nb * block_stride + 64, dtype=torch.uint8)
+    view = buf.as_strided((nb, bs, 1, 656), (block_stride, row_stride, row_stride, 1))
+    view.copy_(rows.view(nb, bs, 1, 656))
+    return view
+
+
+@pytest.mark.parametrize("flavour", fake_flash_mla.FLAVOURS)
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0)])
+def test_what_validates_runs_wherever_flashmla_is_selected(monkeypatch, flavour, capability):
+    """The stand-in enforces what the real builds enforce, so this is the property that keeps a
+    CPU test honest: every call the bridge validates either runs on the selected flash_mla, or
+    the adapter says beforehand why that build cannot run it (and auto falls back)."""
+    fake_flash_mla.install(monkeypatch, flavour, capability=capability)
+    ran = refused = 0
+    g = torch.Generator().manual_seed(5)
+    queries = {h: torch.randn(2, 1, h, 576, generator=g).to(BF16) for h in (64, 128)}
+    idx = torch.randint(-1, 512, (2, 1, 64), generator=g).to(I32)
+    for nb, bs in ((512, 1), (32, 16), (8, 64)):
+        for row_pad in (0, 16):
+            for block_pad in (0, 16, 656):
+                for h_q in (64, 128):
+                    cache = _cache_layout(nb, bs, row_pad, block_pad)
+                    q = queries[h_q]
+                    try:
+                        result = run_backend("flashmla_kv", q, cache, idx)
+                    except ValidationError:
+                        refused += 1
+                        continue
+                    ran += 1
+                    if result.provider == "reference":  # the adapter said why, before any call
+                        with pytest.raises(ProviderUnavailable):
+                            run_backend("flashmla_kv", q, cache, idx, provider="flashmla")
+    assert ran and refused
+    for h_q in (64, 128):  # prefill: what validates runs too
+        q, kv, idx = prefill_inputs(h_q=h_q)
+        result = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
+        assert result.provider in ("flashmla", "reference")
+
+
+@pytest.mark.parametrize("flavour", fake_flash_mla.FLAVOURS)
+def test_the_stand_in_refuses_a_padded_one_row_block_as_flashmla_does(flavour):
+    """stride(1) is checked whatever the block size (UP26 csrc/api/sparse_decode.h:301, UP25
+    csrc/pybind.cpp:255): validation refuses the layout, and so does the stand-in."""
+    mod = fake_flash_mla.build(flavour)
+    cache = _cache_layout(512, 1, 16, 0)
+    q, _, idx = decode_inputs(nb=512, bs=1)
+    with pytest.raises(ValidationError, match="for every block size"):
+        run_backend("flashmla_kv", q, cache, idx, provider="reference")
+    if flavour == "upstream-log2-lse":
+        sched, splits = mod.get_mla_metadata(torch.full((2,), 128, dtype=I32), 128, 1, 128, True, 128)
+        extra = dict(block_table=torch.empty(2, 0, dtype=I32), cache_seqlens=torch.full((2,), 128, dtype=I32),
+                     tile_scheduler_metadata=sched, num_splits=splits)
+    else:
+        extra = dict(block_table=None, cache_seqlens=None, tile_scheduler_metadata=mod.get_mla_metadata()[0])
+        if flavour == "sgl-use-legacy":
+            extra["use_legacy"] = True
+    with pytest.raises(fake_flash_mla.KernelError, match="page_block_size must be 64|whole block must be contiguous"):
+        mod.flash_mla_with_kvcache(q, cache, head_dim_v=512, is_fp8_kvcache=True, indices=idx, **extra)
+
+
+def test_sgl_kv_format_must_name_the_cache_format():
+    mod = fake_flash_mla.build("sgl-use-legacy")
+    q, cache, idx = decode_inputs()
+    for bad, text in (("V3.2", "Unknown kv_format"), ("V41", "kv_format_hint")):
+        with pytest.raises(fake_flash_mla.KernelError, match=text):
+            mod.flash_mla_with_kvcache(q, cache, None, None, 512, mod.get_mla_metadata()[0],
+                                       is_fp8_kvcache=True, indices=idx, use_legacy=True, kv_format=bad)

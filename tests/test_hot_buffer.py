@@ -615,3 +615,27 @@ def test_tensors_without_data_or_on_another_device_are_refused(which):
     strided = torch.arange(16, dtype=torch.int64).unsqueeze(0)[:, ::2]  # non-contiguous is fine
     assert torch.equal(hb.translate(args["req_ids"], args["seq_lens"], strided),
                        hb.translate(args["req_ids"], args["seq_lens"], strided.contiguous()))
+
+
+def test_sizes_past_the_memory_limit_are_refused_before_allocating(monkeypatch):
+    """buffer_size 2**22 would take gigabytes: the bytes are computed and checked first."""
+    pool = torch.zeros(2, 64, 656, dtype=torch.uint8)
+    allocated = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: allocated.append(a) or real_zeros(*a, **k))
+    with pytest.raises(HotBufferError, match=r"buffer_size: 4194304 slots x 2 requests need 5\.3 GiB.*"
+                                             r"the limit is 1\.0 GiB \(max_bytes\)"):
+        HotBuffer(pool, buffer_size=2**22, max_bytes=1 << 30)
+    assert allocated == []
+    monkeypatch.setenv("HISPARSE_MEMORY_LIMIT", "64M")
+    with pytest.raises(HotBufferError, match="HISPARSE_MEMORY_LIMIT"):
+        HotBuffer(pool, buffer_size=2**22)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device, text", [("cuda", "CUDA is not available"), ("cuda:3", "CUDA is not available"),
+                                          ("warp", "is not a device name"), ("meta", "cpu and cuda devices only")])
+def test_a_device_that_cannot_hold_the_buffer_is_named(device, text):
+    pool = torch.zeros(1, 64, 656, dtype=torch.uint8)
+    with pytest.raises(HotBufferError, match=text):
+        HotBuffer(pool, buffer_size=64, device=device)

@@ -208,7 +208,7 @@ def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):
     assert [p.code for p in exc.value.problems] == ["E307"]
 
 
-@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3"])
+@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"])
 def test_instrumented_evaluator_counts_like_the_interpreter(ref):
     """The lint's compiled probe counts the same rule hits as the interpreter's traces."""
     from engine import interpret

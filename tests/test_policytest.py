@@ -27,7 +27,7 @@ def test_shipped_policies_pass_with_full_coverage(capsys):
     code, out, _ = run_cli(capsys, "test", "--format", "json")
     report = json.loads(out)
     assert report["ok"] and all(f["coverage"]["percent"] == 100.0 for f in report["files"])
-    assert {f["policy"]["version"] for f in report["files"]} >= {1, 2}
+    assert {f["policy"]["version"] for f in report["files"]} >= {1, 2, 3, 4}
 
 
 def _suite(tmp_path, cases=CASES):

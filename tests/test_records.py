@@ -3,6 +3,8 @@ import json
 import multiprocessing as mp
 import threading
 
+import pytest
+
 import engine
 from engine.diff import diff
 from engine.records import append_records, replay
@@ -88,3 +90,121 @@ def test_cli_record_and_replay(capsys, tmp_path):
     assert code == 2 and ":3:1: C505" in out
     code, _, err = run_cli(capsys, "evaluate", "--record", str(tmp_path / "no" / "dir" / "r.jsonl"))
     assert code == 2 and "C504" in err
+
+
+def test_a_record_keeps_the_spellings_so_replay_against_another_version_is_meaningful(capsys, tmp_path):
+    """A v3 decision from --nsa-decode-backend (deprecated in v3, the name in v1) and a model
+    path: replayed against v1 it is read as v1 reads it, never as an unknown key
+    'dsa_decode_backend' or 'model_family' the user never typed."""
+    path = str(tmp_path / "r.jsonl")
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@3", "--record", path, "--",
+                         "python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5",
+                         "--kv-cache-dtype", "bfloat16", "--nsa-decode-backend", "fa3", "--tp", "8")
+    assert code == 0
+    with open(path) as fh:
+        rec = json.loads(fh.readline())
+    assert rec["input"] == {"kv-cache-dtype": "bfloat16", "nsa-decode-backend": "fa3", "model-path": "zai-org/GLM-5"}
+    assert rec["decision"]["model_family"] == "glm5"
+    result = replay(path, engine.load_policy("nsa-backends@1"))
+    assert result["problems"] == [] and result["counts"]["newly_rejected"] == 0, result
+    assert result["equivalent"] or all(g["class"] == "log_changed" for g in result["groups"]), result
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@1")
+    assert "unknown config key" not in out and "invalid config" not in out, out
+
+
+def test_replay_reads_options_and_model_paths_as_the_other_version_does(tmp_path):
+    """--hisparse-config recorded under v2 (which does not read it) counts when replayed on v3."""
+    path = str(tmp_path / "r.jsonl")
+    v2, v3 = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    from engine.given import combine, read_layer
+
+    given = {"model-path": "deepseek-ai/DeepSeek-V3.2", "enable-hisparse": True, "disable-radix-cache": True,
+             "hisparse-config": '{"device_buffer_size": 512}'}
+    g = combine(v2, [read_layer(v2, given)])
+    append_records(path, [v2.evaluate(g.config)], [g.given])
+    result = replay(path, v3)
+    assert result["counts"]["newly_rejected"] == 1 and not result["problems"]
+    assert "device_buffer_size (512)" in result["groups"][0]["example"]["now"]
+
+
+class _Full:
+    """os.write that writes part of what it is given, then fails as a full disk does."""
+
+    def __init__(self, real, part):
+        self.real, self.part, self.calls = real, part, 0
+
+    def __call__(self, fd, data):
+        self.calls += 1
+        if self.calls == 1:
+            return self.real(fd, bytes(data[: self.part]))
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    from engine import records
+
+    path = str(tmp_path / "r.jsonl")
+    policy = engine.load_policy("nsa-backends@2")
+    append_records(path, [policy.evaluate({})])
+    before = open(path, "rb").read()
+    monkeypatch.setattr(records, "_write", _Full(records.os.write, 37))
+    with pytest.raises(engine.ConfigError, match="No space left on device \\(nothing was appended\\)"):
+        append_records(path, [policy.evaluate({"sm_major": 10})])
+    assert open(path, "rb").read() == before
+    monkeypatch.setattr(records, "_write", records.os.write)
+    append_records(path, [policy.evaluate({"sm_major": 10})])
+    assert [json.loads(line)["input"] for line in open(path)] == [{}, {"sm_major": 10}]
+
+
+def test_a_torn_last_line_is_never_glued_to_and_replay_reports_it(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    policy = engine.load_policy("nsa-backends@2")
+    append_records(str(path), [policy.evaluate({})])
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole[:50])  # an older writer died half-way through a record
+    append_records(str(path), [policy.evaluate({"sm_major": 10})])
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1] == whole[:50] and json.loads(lines[2])["input"] == {"sm_major": 10}
+    result = replay(str(path), policy)
+    assert result["total"] == 2 and result["equivalent"]
+    (problem,) = result["problems"]
+    assert (problem["line"], problem["code"]) == (2, "C505") and "not a JSON record" in problem["message"]
+    path.write_bytes(whole + "{\"input\": {\"é\"".encode()[:-2])  # torn inside a UTF-8 character too
+    code, out, _ = run_cli(capsys, "replay", str(path), "--policy", "nsa-backends@2")
+    assert code == 2 and "all 1 recorded decisions stay the same" in out
+    assert f"{path}:2:1: C505: torn record: the file ends inside this line, without its newline" in out
+
+
+RLIMIT_CHILD = """
+import resource, sys
+sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+import engine
+from engine.records import append_records
+path, limit = sys.argv[1], int(sys.argv[2])
+policy = engine.load_policy("nsa-backends@2")
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    append_records(path, [policy.evaluate({{"sm_major": 10}})])
+except engine.ConfigError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def test_a_file_size_limit_mid_append_leaves_no_torn_line(tmp_path):
+    """RLIMIT_FSIZE in a child process: the kernel writes up to the limit, then refuses."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    path = str(tmp_path / "r.jsonl")
+    policy = engine.load_policy("nsa-backends@2")
+    append_records(path, [policy.evaluate({})])
+    before = open(path, "rb").read()
+    child = RLIMIT_CHILD.format(root=ROOT, tests=os.path.join(ROOT, "tests"))
+    run = subprocess.run([sys.executable, "-c", child, path, str(len(before) + 40)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 3 and "cannot write the record file" in run.stdout, run.stdout + run.stderr
+    assert open(path, "rb").read() == before

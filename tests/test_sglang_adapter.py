@@ -107,9 +107,85 @@ def test_unknown_model_is_said(capsys):
     ("deepseek-ai/DeepSeek-V3.2-Speciale", True), ("/models/glm-5", True), ("zai-org/GLM-5-FP8", True),
     ("deepseek-ai/DeepSeek-V3.1", False), ("deepseek-ai/DeepSeek-R1", False), ("zai-org/GLM-4.6", False),
     ("Qwen/Qwen3-235B-A22B", False), ("my-org/finetune-7", None), ("zai-org/GLM-50", None),
+    ("zai-org/GLM-5.3-Flash", True),
 ])
 def test_model_recognition(path, dsa):
     assert model_is_dsa(path) is dsa
+
+
+@pytest.mark.parametrize("config, dsa, family", [
+    ({"architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048}, True, "deepseek_v32"),
+    ({"architectures": ["GlmMoeDsaForCausalLM"], "index_topk": 2048}, True, "glm5"),
+    ({"architectures": ["Glm5NextForConditionalGeneration"], "index_topk": 2048}, True, "glm5_next"),
+    ({"architectures": ["Glm5NextForConditionalGeneration"], "text_config": {"index_topk": 2048}}, True, "glm5_next"),
+    ({"architectures": ["DeepseekV3ForCausalLM"]}, False, None),  # DeepSeek-V3: no indexer
+    ({"architectures": ["DeepseekV3ForCausalLM"], "index_topk": 2048}, True, "deepseek_v32"),
+    ({"architectures": ["DeepseekV32ForCausalLM"], "index_topk": None}, False, None),
+    ({"architectures": ["LlamaForCausalLM"], "index_topk": 2048}, False, None),
+])
+def test_a_local_checkpoint_is_read_by_its_architecture(tmp_path, config, dsa, family):
+    """A folder's config.json decides, whatever the folder is called (a name that says
+    DeepSeek-V3.2 holding a DeepSeek-V3 checkpoint is not DSA)."""
+    import json
+
+    from engine.models import identify
+
+    folder = tmp_path / "DeepSeek-V3.2-copy"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    model = identify(str(folder))
+    assert (model.dsa, model.family) == (dsa, family)
+
+
+def test_glm5_next_never_gets_glm5_defaults(tmp_path, capsys):
+    """GLM-5.3-Flash is DSA but not GLM-5: on SM12 with FP8 it must not get GLM-5's
+    flashinfer_sparse_mla defaults; the policy has no value for it, so its default applies
+    and a note says so. A policy that declares glm5_next gets it."""
+    import json
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Glm5NextForConditionalGeneration"],
+                                                    "index_topk": 2048}))
+    for argv in (["--model-path", str(folder)], ["--", "--model-path", str(folder)]):
+        code, out, err = run_cli(capsys, "evaluate", "--policy", V3, "--sm-major", "12", "--kv-cache-dtype",
+                                 "fp8_e4m3", "--format", "json", *argv)
+        d = json.loads(out)
+        assert code == 0 and d["dsa_model"] is True and d["model_family"] == "deepseek_v32"
+        assert d["backends"] == {"prefill": "trtllm", "decode": "trtllm"}
+        assert "no value for 'glm5_next': the policy default (deepseek_v32) applies" in err
+    # by hub name too
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", V3, "--sm-major", "12", "--kv-cache-dtype", "fp8_e4m3",
+                           "--model-path", "zai-org/GLM-5.3-Flash", "--format", "json")
+    assert json.loads(out)["backends"]["decode"] == "trtllm"
+    policy = engine.load_policy("nsa-backends@4")  # declares glm5_next
+    config, notes = config_from_launch(policy, ["--model-path", str(folder)])
+    assert config["model_family"] == "glm5_next" and not any("glm5_next" in n for n in notes)
+    d = policy.evaluate(dict(config, sm_major=12, kv_cache_dtype="fp8_e4m3"))
+    assert d.ok and d.backends["decode"] != "flashinfer_sparse_mla"
+
+
+@pytest.mark.parametrize("content, text", [
+    ("{not json", "JSON syntax"), ("[1, 2]", "expected a JSON object, got list"),
+    ('{"architectures": []}', "'architectures' must be a non-empty list of names"),
+    ('{"model_type": "deepseek_v32"}', "'architectures' must be a non-empty list"),
+    (b"\xff\xfe", "not UTF-8"), (None, "cannot read file"),
+])
+def test_an_unreadable_model_config_is_an_error_naming_the_file(tmp_path, capsys, content, text):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    path = folder / "config.json"
+    if content is None:
+        path.mkdir()  # a folder where the file should be
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    for argv in (["--model-path", str(folder)], ["--", "--model-path", str(folder)]):
+        code, out, err = run_cli(capsys, "evaluate", *argv)
+        assert code == 2 and out == "" and str(path) in err and text in err and "C504" in err, err
+    with pytest.raises(ValueError, match="model config"):
+        apply(ServerArgs(model_path=str(folder)), V3)
 
 
 def test_cli_launch_command_and_overrides(capsys):

@@ -27,9 +27,9 @@ def test_every_config_matches_sglang(version):
         d = policy.evaluate(config)
         if want["error"] is not None:
             rejected += 1
-            got = d.violations[0].message if not d.ok else None
-            if got != want["error"]:
-                mismatches.append((config, "error", want["error"], got))
+            got = (d.violations[0].message if not d.ok else None, d.log)
+            if got != (want["error"], want["logs"]):
+                mismatches.append((config, "error", (want["error"], want["logs"]), got))
             continue
         accepted += 1
         got = (d.ok, d.config["kv_cache_dtype"], d.backends["prefill"], d.backends["decode"], d.log)
@@ -73,8 +73,8 @@ def _v3_config(c, family_for_other="deepseek_v32"):
 
 
 def _agree(decision, want):
-    if want["error"] is not None:
-        return decision.error == want["error"]
+    if want["error"] is not None:  # the lines logged before the raise, and no other
+        return (decision.error, decision.log) == (want["error"], want["logs"])
     got = (decision.ok, decision.config["kv_cache_dtype"], decision.backends["prefill"],
            decision.backends["decode"], decision.log)
     return got == (True, want["kv_cache_dtype"], want["prefill"], want["decode"], want["logs"])

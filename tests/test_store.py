@@ -1,6 +1,8 @@
-"""PolicyStore: safe reload. A broken or half-written edit never replaces the last good policy,
-a new good version becomes current, a removed file keeps its last good policy in service, and
-readers evaluating all along never see an exception nor a decision from a broken file."""
+"""PolicyStore: safe reload. Files are published by renaming them into place; a broken edit
+never replaces the last good policy, a file changed in place is refused whatever it holds (a
+writer stalled half-way cannot be told from a finished one), a new good version becomes current,
+a removed file is no longer served, duplicate versions are refused, and readers evaluating all
+along never see an exception nor a decision from a text that is not a complete good file."""
 import hashlib
 import os
 import threading
@@ -37,14 +39,22 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def replace(path, text):
+    """The safe publish: the whole text under another name, renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 @pytest.fixture
 def family(tmp_path):
     folder = tmp_path / "mini"
     folder.mkdir()
 
-    def put(version, text):
-        (folder / f"v{version}.yaml").write_text(text, encoding="utf-8")
-        return str(folder / f"v{version}.yaml")
+    def put(version, text, name=None):
+        path = folder / (name or f"v{version}.yaml")
+        replace(path, text)
+        return str(path)
 
     put.folder = folder
     put.root = str(tmp_path)
@@ -73,7 +83,8 @@ def test_serves_the_newest_good_version(family):
     assert problem.code == "E104" and (problem.line, problem.col) == (3, 1)
     status = store.status()
     assert status["current"]["version"] == 2
-    assert [f["state"] for f in status["files"].values()] == ["good", "good", "refused"]
+    # newest first, stopping at the first that loads: v1 is not needed, so not read
+    assert [f["state"] for f in status["files"].values()] == ["unread", "good", "refused"]
 
 
 def test_a_new_good_version_becomes_current(family):
@@ -118,21 +129,39 @@ def test_a_broken_new_version_leaves_the_current_one(family):
     assert [p.code for p in store.errors[v2]] == ["E312"]
 
 
-def test_removing_the_current_file_keeps_serving_it(family):
-    family(1, policy_text(1))
+def test_removing_the_current_file_stops_serving_it(family):
+    v1 = family(1, policy_text(1))
     v2 = family(2, policy_text(2))
     store = PolicyStore(family.root, "mini", settle=0)
-    served = store.current()
+    assert store.current().version == 2
     os.remove(v2)
     result = store.refresh()
-    assert result.removed == (v2,) and not result.changed and store.current() is served
+    assert result.removed == (v2,) and result.changed and store.current().version == 1
+    assert store.evaluate({}).policy.version == 1  # v1 was read only now, when it was needed
     (problem,) = store.errors[v2]
-    assert problem.code == "S801" and "still serving mini@2" in problem.message
+    assert problem.code == "S801" and f"no longer served; serving mini@1 ({v1})" in problem.message
     assert store.status()["files"][v2]["state"] == "removed"
     assert store.refresh().removed == ()  # said once
-    family(2, policy_text(2))  # back, same bytes: the same policy, nothing changes
+    family(2, policy_text(2))  # back: served again
     result = store.refresh()
-    assert result.loaded == (v2,) and not result.changed and store.errors == {}
+    assert result.loaded == (v2,) and store.current().version == 2 and store.errors == {}
+    os.remove(v2)
+    os.remove(v1)
+    store.refresh()
+    assert store.current().version == 2  # nothing else loads: the last good policy stays, and says so
+    assert "no other version of 'mini' loads: still serving mini@2" in store.errors[v2][0].message
+
+
+def test_a_file_replaced_by_delete_and_create_is_not_a_removal(family):
+    family(1, policy_text(1))
+    v2 = family(2, policy_text(2))
+    store = PolicyStore(family.root, "mini", settle=0.3)
+    os.remove(v2)
+    assert store.refresh().removed == () and store.current().version == 2  # not yet settle seconds
+    family(2, policy_text(2, " again"))
+    time.sleep(0.35)
+    result = store.refresh()
+    assert result.removed == () and store.current().sha256 == sha(policy_text(2, " again"))
 
 
 def test_a_never_good_file_removed_is_forgotten(family):
@@ -144,22 +173,116 @@ def test_a_never_good_file_removed_is_forgotten(family):
     assert store.refresh().removed == (bad,) and store.errors == {}
 
 
-def test_a_change_waits_until_the_file_is_quiet(family, monkeypatch):
-    """In-place writers: a change is read only after `settle` seconds without change, so a file
-    caught half-written (here a prefix that is itself a good policy) is never served."""
+def test_an_in_place_writer_stalled_past_the_settle_window_is_never_served(family):
+    """The writer truncates the file and writes a prefix that is itself a good policy, then
+    stalls longer than `settle`: the store cannot tell that from a finished write, so it keeps
+    the old content (S803); after the writer finishes, still nothing in-place is read; a rename
+    publishes."""
     path = family(1, policy_text(1))
-    store = PolicyStore(family.root, "mini", settle=0.3)
+    store = PolicyStore(family.root, "mini", settle=0.05)
+    old = store.current()
     full = policy_text(1, " (second)")
     with open(path, "w", encoding="utf-8") as fh:  # in place: truncate, then write in two parts
         fh.write(valid_prefix(full))
         fh.flush()
-        assert store.refresh().pending == (path,)
+        time.sleep(0.1)  # longer than settle
+        for _ in range(3):
+            result = store.refresh()
+            assert store.current() is old and store.evaluate({}).policy is old
+            time.sleep(0.06)
         fh.write(full[len(valid_prefix(full)):])
-    assert store.refresh().pending == (path,)
-    assert store.current().sha256 == sha(policy_text(1))
-    time.sleep(0.35)
+    assert result.refused == (path,) or store.errors[path][0].code == "S803"
+    time.sleep(0.1)
+    store.refresh()
+    assert store.current() is old
+    (problem,) = store.errors[path]
+    assert problem.code == "S803" and "keeping mini@1" in problem.message and "renaming it into place" in problem.hint
+    family(1, full)  # renamed into place: read
+    time.sleep(0.06)
     result = store.refresh()
-    assert result.loaded == (path,) and store.current().sha256 == sha(full)
+    assert result.loaded == (path,) and store.current().sha256 == sha(full) and store.errors == {}
+
+
+def test_touching_a_file_is_not_a_change(family):
+    path = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    os.utime(path, (1, 1))
+    os.chmod(path, 0o600)
+    result = store.refresh()
+    assert result.refused == () and store.errors == {} and store.status()["files"][path]["state"] == "good"
+
+
+def test_a_new_file_seen_growing_in_place_is_refused(family):
+    family(1, policy_text(1))
+    path = family.folder / "v2.yaml"
+    store = PolicyStore(family.root, "mini", settle=5)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(valid_prefix(policy_text(2)))
+        fh.flush()
+        assert store.refresh().pending == (str(path),)
+        fh.write(policy_text(2)[len(valid_prefix(policy_text(2))):])
+    assert store.refresh().refused == (str(path),) and store.current().version == 1
+    assert store.errors[str(path)][0].code == "S803"
+
+
+def test_duplicate_versions_are_refused(family, capsys):
+    """v1.yaml and v001.yaml both say version 1: neither is served under a guessed label; the
+    last good content of the version stays; `hisparse check` reports both."""
+    from helpers import run_cli
+
+    v1 = family(1, policy_text(1))
+    store = PolicyStore(family.root, "mini", settle=0)
+    good = store.current()
+    v001 = family(1, policy_text(1, " other"), "v001.yaml")
+    store.refresh()
+    assert store.current() is good
+    for path in (v1, v001):
+        (problem,) = store.errors[path]
+        assert problem.code == "E313" and "version 1 of 'mini' has 2 files" in problem.message
+    with pytest.raises(engine.PolicyError, match="E313"):
+        PolicyStore(family.root, "mini")
+    with pytest.raises(engine.PolicyError, match="E313"):
+        engine.load_policy("mini", policy_dir=family.root)
+    code, out, _ = run_cli(capsys, "check", "--no-deep", str(family.folder))
+    assert code == 2 and out.count("E313") == 2
+    family(2, policy_text(2), "v002.yaml")  # alone, a padded name is fine, and named as it is
+    store.refresh()
+    assert store.current().version == 2 and store.current().file.endswith("v002.yaml")
+    os.remove(v001)
+    family(3, policy_text(3))
+    store.refresh()
+    assert store.current().version == 3 and v1 not in store.errors
+
+
+def test_opening_a_folder_of_many_versions_reads_only_what_it_serves(family, monkeypatch):
+    """Newest first, stopping at the first good version: 300 versions, two files read."""
+    text = policy_text(1)
+    for version in range(1, 301):
+        (family.folder / f"v{version}.yaml").write_text(text.replace("version: 1", f"version: {version}", 1))
+    (family.folder / "v301.yaml").write_text("policy: mini\nversion: [\n")
+    reads = []
+    real = store_module.read_snapshot
+    monkeypatch.setattr(store_module, "read_snapshot", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    store = PolicyStore(family.root, "mini", settle=0)
+    assert store.current().version == 300 and len(reads) == 2
+    store.refresh()
+    assert len(reads) == 2  # unchanged files are only looked at
+
+
+@pytest.mark.parametrize("kw", [
+    {"poll_interval": float("nan")}, {"poll_interval": float("inf")}, {"poll_interval": -1},
+    {"poll_interval": 0}, {"poll_interval": "1"}, {"poll_interval": True}, {"settle": float("nan")},
+    {"settle": float("inf")}, {"settle": -0.5}, {"settle": "0.5"}, {"settle": None},
+])
+def test_bad_poll_interval_and_settle_are_refused(family, kw):
+    family(1, policy_text(1))
+    with pytest.raises(ValueError, match="must be a (positive|non-negative) finite number of seconds"):
+        PolicyStore(family.root, "mini", **kw)
+    store = PolicyStore(family.root, "mini")
+    if "poll_interval" in kw:
+        with pytest.raises(ValueError):
+            store.start(kw["poll_interval"])
+    assert store._thread is None
 
 
 def test_bytes_that_change_while_read_are_not_used(family, monkeypatch):
@@ -234,7 +357,7 @@ def test_the_shipped_policies():
     assert store.current().ref == engine.load_policy("nsa-backends").ref
     assert store.evaluate({"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
                            "disable_radix_cache": True}).backends["decode"] == "flashmla_kv"
-    assert store.current().file == "policies/nsa-backends/v3.yaml"
+    assert store.current().file == "policies/nsa-backends/v4.yaml"
     assert store.errors == {}
 
 
@@ -286,31 +409,28 @@ def _wait(condition, timeout=10.0) -> bool:
 
 
 def test_readers_never_see_a_broken_policy_while_a_writer_edits(family):
-    """A writer edits the folder (good edits, broken edits, in-place writes caught half-way with
-    a prefix that is itself a good policy, files renamed into place, a new version, the current
-    file deleted) while reader threads evaluate without pause and a poller reloads. Every
-    decision must come from one of the good texts; no reader may see an exception."""
-    settle = 0.2  # the torn writes pause 2 ms inside a write; GIL waits stretch that to tens of ms
+    """A writer edits the folder (good texts renamed into place, broken texts renamed into
+    place, in-place writes that stall half-way longer than `settle` with a prefix that is itself
+    a good policy, a new version, the current file deleted) while reader threads evaluate
+    without pause and a poller reloads. Every decision must come from a complete text renamed
+    into place (or the first one); no reader may see an exception."""
+    settle = 0.05
     good: set[str] = set()
 
-    def publish(version, text, how="in place", pause=0.0):
+    def publish(version, text, how="rename"):
         path = family.folder / f"v{version}.yaml"
         if how == "rename":
-            tmp = family.folder / f".v{version}.yaml.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, path)
-        elif how == "torn":  # in place, with a pause inside the write (far below `settle`)
+            replace(path, text)
+        else:  # in place, stalled inside the write far longer than `settle`, then finished
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(valid_prefix(text))
                 fh.flush()
-                time.sleep(pause)
+                time.sleep(settle * 6)
                 fh.write(text[len(valid_prefix(text)):])
-        else:
-            path.write_text(text)
 
-    def publish_good(version, text, how="in place"):
+    def publish_good(version, text):
         good.add(sha(text))
-        publish(version, text, how, pause=0.002)
+        publish(version, text)
 
     first = policy_text(1)
     publish_good(1, first)
@@ -344,9 +464,9 @@ def test_readers_never_see_a_broken_policy_while_a_writer_edits(family):
             time.sleep(0.005)
         raise AssertionError("the store did not reach the expected state")
 
-    def refused(version):
-        return lambda: any(f.endswith(f"v{version}.yaml") and p[0].code != "S801"
-                           for f, p in store.errors.items())
+    def refused(version, code=None):
+        return lambda: any(f.endswith(f"v{version}.yaml") and p[0].code not in ("S801",)
+                           and (code is None or p[0].code == code) for f, p in store.errors.items())
 
     def serving(text):
         return lambda: store.current().sha256 == sha(text)
@@ -355,21 +475,23 @@ def test_readers_never_see_a_broken_policy_while_a_writer_edits(family):
         steps = [
             (lambda: publish_good(1, policy_text(1, " a")), serving(policy_text(1, " a"))),
             (lambda: publish(1, "policy: mini\nversion: [1\n"), refused(1)),
-            (lambda: publish_good(1, policy_text(1, " b"), "torn"), serving(policy_text(1, " b"))),
-            (lambda: publish_good(2, policy_text(2), "rename"), serving(policy_text(2))),
-            (lambda: publish(2, policy_text(2, " c")[:-40], "rename"), refused(2)),
-            (lambda: publish_good(2, policy_text(2, " d"), "torn"), serving(policy_text(2, " d"))),
+            (lambda: publish(1, policy_text(1, " b"), "in place"), refused(1, "S803")),
+            (lambda: publish_good(1, policy_text(1, " c")), serving(policy_text(1, " c"))),
+            (lambda: publish_good(2, policy_text(2)), serving(policy_text(2))),
+            (lambda: publish(2, policy_text(2, " d")[:-40]), refused(2)),
+            (lambda: publish(2, policy_text(2, " e"), "in place"), refused(2, "S803")),
             (lambda: publish(3, policy_text(3).replace("flashmla_kv]", "flashmla_kx]")), refused(3)),
-            (lambda: publish_good(3, policy_text(3, " e"), "torn"), serving(policy_text(3, " e"))),
-            (lambda: os.remove(family.folder / "v3.yaml"), lambda: "S801" in {c for _, c in refused_seen}),
-            (lambda: publish_good(4, policy_text(4, " f"), "rename"), serving(policy_text(4, " f"))),
+            (lambda: publish_good(3, policy_text(3, " f")), serving(policy_text(3, " f"))),
+            (lambda: os.remove(family.folder / "v3.yaml"), lambda: store.current().version == 2),
+            (lambda: publish_good(4, policy_text(4, " g")), serving(policy_text(4, " g"))),
             (lambda: publish(4, ""), refused(4)),
-            (lambda: publish_good(4, policy_text(4, " g"), "torn"), serving(policy_text(4, " g"))),
+            (lambda: publish(4, policy_text(4, " h"), "in place"), refused(4, "S803")),
+            (lambda: publish_good(4, policy_text(4, " i")), serving(policy_text(4, " i"))),
         ]
         for act, done in steps:
             act()
             wait_for(done)
-        time.sleep(settle * 2)  # let every reader run against the final state too
+        time.sleep(settle * 4)  # let every reader run against the final state too
     finally:
         stop.set()
         for t in readers:
@@ -378,5 +500,5 @@ def test_readers_never_see_a_broken_policy_while_a_writer_edits(family):
     assert failures == []
     assert served <= good, f"served {len(served - good)} decision(s) from a text that is not a good one"
     assert len(served) >= 6 and min(counts) > 100  # it really reloaded under load
-    assert {code for _, code in refused_seen} >= {"E104", "E303", "E109", "S801"}
-    assert store.current().sha256 == sha(policy_text(4, " g"))
+    assert {code for _, code in refused_seen} >= {"E104", "E303", "E109", "S801", "S803"}
+    assert store.current().sha256 == sha(policy_text(4, " i"))

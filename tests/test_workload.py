@@ -7,8 +7,8 @@ import torch
 from helpers import run_cli
 from kernels_bridge.workload import _next_picks
 
-SMALL = ["--requests", "2", "--context", "640", "--top-k", "128", "--buffer-size", "256", "--steps", "3",
-         "--heads", "64", "--format", "json"]
+SMALL = ["--requests", "2", "--context", "640", "--hisparse-top-k", "128", "--hisparse-device-buffer-size",
+         "256", "--steps", "3", "--heads", "64", "--format", "json"]
 
 
 @pytest.mark.parametrize("dtype, backend, row_bytes", [("fp8_e4m3", "flashmla_kv", 656),
@@ -50,8 +50,8 @@ def test_a_pairing_the_policy_rejects_exits_1(capsys):
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--top-k", "100"], "--top-k 100"),
-    (["--buffer-size", "200"], "--buffer-size 200: a multiple of 64"),
+    (["--hisparse-top-k", "100"], "--hisparse-top-k 100"),
+    (["--hisparse-device-buffer-size", "200"], "--hisparse-device-buffer-size 200: a multiple of 64"),
     (["--heads", "96"], "--heads 96"),
     (["--locality", "1.5"], "--locality 1.5"),
     (["--no-enable-hisparse", "--sm-major", "10", "--kv-cache-dtype", "fp8_e4m3"], "the policy chose 'trtllm'"),
@@ -78,3 +78,60 @@ def test_picks_keep_the_locality_share_and_stay_in_range():
     for a, b in zip(first.tolist(), second.tolist()):
         assert len(set(a) & set(b)) >= 96  # the kept share (fresh picks may add more)
         assert len(set(b)) == 128
+
+
+def test_one_set_of_knobs_with_sglangs_defaults(capsys):
+    """top-k and buffer are the policy's --hisparse-config inputs (v3 declares them) or attend's
+    own flags of the same names (v2 does not): defaults top-k 2048, buffer 2 x top-k."""
+    tiny = ["--requests", "1", "--context", "2048", "--steps", "1", "--heads", "64", "--format", "json"]
+    for ref in ("nsa-backends@3", "nsa-backends@2"):
+        code, out, _ = run_cli(capsys, "attend", "--policy", ref, *tiny)
+        assert code == 0
+        w = json.loads(out)["workload"]
+        assert (w["top_k"], w["buffer_size"]) == (2048, 4096)
+        code, out, _ = run_cli(capsys, "attend", "--policy", ref, *tiny, "--hisparse-top-k", "1024")
+        assert code == 0  # an explicit top-k is used, and the default buffer follows it
+        w = json.loads(out)["workload"]
+        assert (w["top_k"], w["buffer_size"]) == (1024, 2048)
+
+
+def test_the_policy_checks_the_workload_it_runs(capsys):
+    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", *SMALL[:2],
+                           "--hisparse-top-k", "512", "--hisparse-device-buffer-size", "256")
+    assert code == 1
+    assert out.startswith("REJECTED by nsa-backends@3: device_buffer_size (256) must be no smaller than top_k (512)")
+
+
+def test_help_states_attends_own_defaults(capsys):
+    with pytest.raises(SystemExit):
+        run_cli(capsys, "attend", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "HiSparse is on" in text
+    assert "--enable-hisparse, --no-enable-hisparse" in text
+    after = text.split("--enable-hisparse, --no-enable-hisparse", 1)[1]
+    assert "(default true)" in after.split("--", 1)[0]
+    assert "--top-k " not in text and "--buffer-size " not in text
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--hisparse-device-buffer-size", "4194304"], "--requests x --hisparse-device-buffer-size"),
+    (["--context", "4000000000"], "--requests x --context"),
+    (["--requests", "100000000"], "--requests x --hisparse-top-k"),
+])
+def test_a_workload_past_the_memory_limit_is_refused_before_allocating(capsys, args, flag):
+    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1G", *args)
+    assert code == 2
+    assert err.startswith(f"hisparse attend: {flag}: this workload needs ")
+    assert "the limit is 1.0 GiB (max_bytes)" in err
+
+
+def test_max_memory_is_checked_and_a_missing_device_named(capsys):
+    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1MB")
+    assert code == 2 and "the limit is 1.0 MiB" in err
+    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "lots")
+    assert code == 2 and "--max-memory 'lots'" in err
+    if not torch.cuda.is_available():
+        code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "cuda:1")
+        assert code == 2 and "--device: cuda:1: CUDA is not available" in err
+    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "tpu")
+    assert code == 2 and "--device: 'tpu' is not a device name" in err

@@ -1,0 +1,31 @@
+"""Accuracy figures: FP8 decode against the BF16 kernel over the same rows (the README's FP8 vs
+BF16 table is generated from bench/results/accuracy.json). Not a timing: the figures depend only
+on the seeds, so a shared machine measures them as well as an idle one."""
+from __future__ import annotations
+
+import os
+import sys
+
+from bench.common import ROOT, write_result
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+Q_SCALES = (0.25, 0.5, 1.0)
+SEEDS = (0, 1, 2)
+
+
+def run(quick: bool) -> str:
+    from test_reference import fp8_vs_bf16_figures  # the same measurement the test bounds
+
+    seeds = SEEDS[:1] if quick else SEEDS
+    figures = {"setup": {"h_q": 128, "topk": 2048, "batch": 4, "seeds": list(seeds),
+                         "kv": "randn scaled per channel by exp(N(0, 0.5))", "softmax_scale": "DeepSeek-V3.2's"},
+               "fp8_vs_bf16": {}}
+    for q_scale in Q_SCALES:
+        runs = [fp8_vs_bf16_figures(q_scale, seed=seed) for seed in seeds]
+        figures["fp8_vs_bf16"][str(q_scale)] = {k: [round(r[k], 6) for r in runs] for k in runs[0]}
+    return write_result("accuracy", figures, {}, quick)
+
+
+if __name__ == "__main__":
+    print(run("--quick" in sys.argv))

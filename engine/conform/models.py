@@ -1,0 +1,86 @@
+"""Model folders for a driver: a directory holding only a `config.json`, written by transformers'
+own config class for the architecture, so SGLang's ModelConfig and its model-override registry
+read a real config without any weights.
+
+Folders are created once per (architecture, extra fields) under a cache directory and reused; a
+forked worker that needs a new one writes it under a temporary name and renames it into place,
+so two workers never see a half-written folder."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+# architecture -> (transformers config class, fields written unless the case gives its own)
+ARCHITECTURES: dict[str, tuple[str, dict]] = {
+    "DeepseekV32ForCausalLM": ("DeepseekV32Config", {}),  # index_topk 2048: DSA
+    "GlmMoeDsaForCausalLM": ("GlmMoeDsaConfig", {}),  # GLM-5, index_topk 2048: DSA
+    # GLM-5.3-Flash. transformers' default index_kpool 16 makes SGLang pick page size 64*16 = 1024,
+    # which fails the bare mamba-track-interval assert (interval 256) whenever the radix cache is
+    # on; the published checkpoints use 4.
+    "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {"index_kpool": 4}}),
+    "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
+    "LlamaForCausalLM": ("LlamaConfig", {}),
+}
+
+
+def known_architectures() -> list[str]:
+    return sorted(ARCHITECTURES)
+
+
+def config_fields(architecture: str, extra=()) -> dict:
+    """The keyword arguments the config class gets: defaults, then the case's extra fields (a
+    dict value merges into a dict default one level deep, e.g. text_config)."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"no model config for architecture {architecture!r}; known: "
+                         + ", ".join(known_architectures()))
+    fields = json.loads(json.dumps(ARCHITECTURES[architecture][1]))
+    for key, value in dict(extra).items():
+        if isinstance(value, dict) and isinstance(fields.get(key), dict):
+            fields[key] = {**fields[key], **value}
+        else:
+            fields[key] = value
+    return fields
+
+
+class ModelFolders:
+    """architecture + extra config fields -> a folder with that config.json."""
+
+    def __init__(self, root: str | None = None):
+        self._owned = root is None
+        self.root = root or tempfile.mkdtemp(prefix="hisparse-conform-models-")
+        self._owner_pid = os.getpid()
+        self._paths: dict = {}
+
+    def path(self, architecture: str, extra=()) -> str:
+        key = (architecture, tuple(extra))
+        found = self._paths.get(key)
+        if found is None:
+            found = self._paths[key] = self._write(architecture, extra)
+        return found
+
+    def _write(self, architecture: str, extra) -> str:
+        fields = config_fields(architecture, extra)
+        digest = hashlib.sha256(json.dumps([architecture, fields], sort_keys=True, default=repr)
+                                .encode()).hexdigest()[:12]
+        final = os.path.join(self.root, f"{architecture}-{digest}")
+        if os.path.isfile(os.path.join(final, "config.json")):
+            return final
+        import transformers
+
+        config = getattr(transformers, ARCHITECTURES[architecture][0])(architectures=[architecture],
+                                                                      **fields)
+        partial = tempfile.mkdtemp(prefix=".partial-", dir=self.root)
+        config.save_pretrained(partial)
+        try:
+            os.rename(partial, final)
+        except OSError:  # another worker got there first
+            shutil.rmtree(partial, ignore_errors=True)
+        return final
+
+    def cleanup(self) -> None:
+        """Remove the folders (only the process that created the root does)."""
+        if self._owned and os.getpid() == self._owner_pid:
+            shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,277 @@
+"""`hisparse conform` for the releases before the resolution pipeline (SGLang 0.5.11, 0.5.12).
+
+- case_of (policy config -> Case) over the whole v1 and v2 domains: everywhere, checked by reading
+  the argv back with engine.sglang.config_from_launch (the launch-command reader).
+- The 0.5.11 HiSparse-block extraction: everywhere, on a stand-in module.
+- The drivers: only where that release is installed (`tools/sglang-env.sh VERSION DIR`, then
+  `DIR/bin/python -m pip install pytest` and run this file with DIR/bin/python); hand-picked cases
+  whose expected values were read from the release's source (file:line in each case), and the
+  `where` line checked against the installed file.
+"""
+from __future__ import annotations
+
+import importlib
+import linecache
+import os
+import sys
+import textwrap
+
+import pytest
+
+import engine
+from engine.conform import drivers
+from engine.conform.cases import case_of
+from engine.conform.prepipeline import installed_version
+from engine.conform.protocol import Case
+from engine.sglang import config_from_launch
+
+MODEL_PATHS = {"DeepseekV32ForCausalLM": "deepseek-ai/DeepSeek-V3.2", "DeepseekV3ForCausalLM": "deepseek-ai/DeepSeek-V3",
+               "GlmMoeDsaForCausalLM": "zai-org/GLM-5"}
+
+
+# -- case_of, read back ------------------------------------------------------------------------
+def _read_back(policy, case: Case) -> dict:
+    """The config engine's launch-command reader gets from the case's argv and model."""
+    tokens = list(case.argv) + ["--model-path", MODEL_PATHS[case.architecture]]
+    config, _ = config_from_launch(policy, tokens)
+    config = policy.complete(policy.normalize(config))  # keys come back as typed
+    config["platform"] = case.platform
+    config["sm_major"] = case.capability[0]
+    return config
+
+
+@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2"])
+def test_case_of_round_trips_the_whole_domain(ref):
+    policy = engine.load_policy(ref)
+    seen = set()
+    for config in policy.domain():
+        case = case_of(policy, config)
+        assert case.architecture in MODEL_PATHS  # a model the pre-pipeline drivers write
+        assert _read_back(policy, case) == config
+        seen.add(case)
+    assert len(seen) == policy.domain_size()  # no two configs launch the same way
+
+
+# -- the 0.5.11 block, on a stand-in module -----------------------------------------------------
+_STAND_IN = '''
+class ServerArgs:
+    def check_server_args(self):
+        raise RuntimeError("an earlier check ran")
+
+        # Check hisparse
+        if self.enable_hisparse:
+            assert self.disable_radix_cache, "needs --disable-radix-cache"
+
+        raise RuntimeError("a later check ran")
+'''
+
+
+def _stand_in(tmp_path, name, text):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+
+
+def test_hisparse_block_runs_only_that_statement_with_its_lines(tmp_path):
+    from engine.conform.sglang_0511 import hisparse_block
+
+    module = _stand_in(tmp_path, "fake_server_args", _STAND_IN)
+    check = hisparse_block(module)
+    sa = module.ServerArgs()
+    sa.enable_hisparse, sa.disable_radix_cache = True, True
+    assert check(sa) is None
+    sa.disable_radix_cache = False
+    with pytest.raises(AssertionError, match="needs --disable-radix-cache") as info:
+        check(sa)
+    frame = info.traceback[-1]
+    assert frame.name == "check_server_args" and os.path.samefile(frame.path, module.__file__)
+    assert linecache.getline(module.__file__, frame.lineno + 1).strip().startswith("assert self.disable")
+
+
+def test_hisparse_block_refuses_a_source_without_exactly_one_mark(tmp_path):
+    from engine.conform.sglang_0511 import hisparse_block
+
+    module = _stand_in(tmp_path, "fake_server_args_2", _STAND_IN.replace("# Check hisparse", "# other"))
+    with pytest.raises(RuntimeError, match="0 '# Check hisparse' statements"):
+        hisparse_block(module)
+
+
+# -- the drivers, where the release is installed -------------------------------------------------
+V32, V3 = "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM"
+H = ("--enable-hisparse", "--disable-radix-cache")
+SET_BF16_SM9 = "Setting KV cache dtype to bfloat16 for DeepSeek DSA on SM9 device."
+WARN_BACKEND = ("When specifying --nsa-prefill-backend or --nsa-decode-backend, you should also explicitly set "
+                "--kv-cache-dtype (e.g., 'fp8_e4m3' or 'bfloat16'). DeepSeek V3.2 defaults to FP8 KV cache which "
+                "may not be compatible with all backends.")
+CHOICES = "'auto', 'fp8_e5m2', 'fp8_e4m3', 'bf16', 'bfloat16', 'fp4_e2m1'"
+
+
+def S(kv, p, d):  # noqa: N802 - the log line of _set_default_nsa_backends
+    return f"Set NSA backends for {kv} KV Cache: prefill={p}, decode={d}."
+
+
+# (id, argv, architecture, platform, capability, expected). Shared by both releases: the DSA
+# resolution is the same code (0.5.11 srt/server_args.py:1570-1645, 0.5.12 :1677-1749).
+COMMON = [
+    ("hopper-auto", (), V32, "cuda", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("flashmla_sparse", "fa3"),
+          log=(SET_BF16_SM9, S("bfloat16", "flashmla_sparse", "fa3")))),
+    ("blackwell-auto", (), V32, "cuda", (10, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("trtllm", "trtllm"),
+          log=("Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on SM10 device.",
+               S("fp8_e4m3", "trtllm", "trtllm")))),
+    ("hopper-fp8", ("--kv-cache-dtype", "fp8_e4m3"), V32, "cuda", (9, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_kv"),
+          log=(S("fp8_e4m3", "flashmla_kv", "flashmla_kv"),))),
+    ("hip-defaults", ("--kv-cache-dtype", "bf16"), V32, "hip", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("tilelang", "tilelang"), log=(S("bfloat16", "tilelang", "tilelang"),))),
+    ("hip-one-phase-set", ("--nsa-prefill-backend", "aiter"), V32, "hip", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("aiter", "fa3"),
+          log=(WARN_BACKEND, SET_BF16_SM9, S("bfloat16", "aiter", "fa3")))),
+    ("dsa-dtype", ("--kv-cache-dtype", "fp8_e5m2"), V32, "cuda", (9, 0),
+     dict(ok=False, kv="fp8_e5m2", backends=(None, None), log=(), stage="resolve", error_type="AssertionError",
+          message="DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
+          where="_set_default_nsa_kv_cache_dtype")),
+    ("non-dsa-keeps-user-backend", ("--nsa-decode-backend", "fa3", "--kv-cache-dtype", "fp8_e5m2"), V3, "cuda", (9, 0),
+     dict(ok=True, kv="fp8_e5m2", backends=(None, "fa3"), log=())),
+    ("parser-choice", ("--kv-cache-dtype", "mxfp8"), V32, "cuda", (9, 0),
+     dict(ok=False, stage="parser", error_type="SystemExit", kv=None, backends=(None, None), log=(), where=None,
+          message=f"argument --kv-cache-dtype: invalid choice: 'mxfp8' (choose from {CHOICES})")),
+    ("parser-dsa-flag", ("--dsa-prefill-backend", "flashmla_kv"), V32, "cuda", (9, 0),  # the rename is 0.5.13
+     dict(ok=False, stage="parser", error_type="SystemExit", where=None,
+          message="unrecognized arguments: --dsa-prefill-backend flashmla_kv")),
+    ("radix-cache", ("--enable-hisparse",), V32, "cuda", (9, 0),
+     dict(ok=False, stage="check", error_type="AssertionError",
+          message="Hierarchical sparse attention currently requires --disable-radix-cache.")),
+]
+
+# 0.5.11, srt/server_args.py: _set_default_nsa_backends :1598-1613, "# Check hisparse" :6883-6912
+HISPARSE_V1 = "HiSparse enabled: using flashmla_sparse NSA backends (prefill={}, decode={})."
+R0511 = COMMON + [
+    ("hisparse-bf16", H, V32, "cuda", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("flashmla_sparse", "flashmla_sparse"),
+          log=(SET_BF16_SM9, HISPARSE_V1.format("flashmla_sparse", "flashmla_sparse")))),
+    ("hisparse-fp8-refused", H + ("--kv-cache-dtype", "fp8_e4m3"), V32, "cuda", (9, 0),
+     dict(ok=False, kv="fp8_e4m3", backends=("flashmla_sparse", "flashmla_sparse"), stage="check",
+          log=(HISPARSE_V1.format("flashmla_sparse", "flashmla_sparse"),), error_type="ValueError",
+          message="HiSparse requires bfloat16 KV cache, but got --kv-cache-dtype=fp8_e4m3. "
+                  "Please use --kv-cache-dtype=bfloat16.", where="srt/server_args.py:6909 check_server_args")),
+    ("hisparse-backend", H + ("--nsa-decode-backend", "fa3", "--kv-cache-dtype", "bfloat16"), V32, "cuda", (9, 0),
+     dict(ok=False, kv="bfloat16", backends=("flashmla_sparse", "fa3"), error_type="ValueError",
+          message="HiSparse requires flashmla_sparse NSA decode backend, but got --nsa-decode-backend=fa3. "
+                  "Please use --nsa-decode-backend=flashmla_sparse or omit it.",
+          where="srt/server_args.py:6902 check_server_args")),
+    ("hisparse-non-dsa", H, V3, "cuda", (10, 0),
+     dict(ok=False, kv="auto", backends=(None, None), log=(), stage="check", error_type="AssertionError",
+          message="--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models now"
+                  "(e.g., DeepSeek V3.2, GLM-5). ", where="srt/server_args.py:6888 check_server_args")),
+]
+
+# 0.5.12, srt/arg_groups/hisparse_hook.py: defaults :23-47, validate_hisparse :50-94
+HISPARSE_V2 = "HiSparse enabled ({}): using NSA backends prefill={}, decode={}."
+R0512 = COMMON + [
+    ("hisparse-bf16", H, V32, "cuda", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("flashmla_sparse", "flashmla_sparse"),
+          log=(SET_BF16_SM9, HISPARSE_V2.format("bfloat16", "flashmla_sparse", "flashmla_sparse")))),
+    ("hisparse-fp8", H + ("--kv-cache-dtype", "fp8_e4m3"), V32, "cuda", (9, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_kv"),
+          log=(HISPARSE_V2.format("fp8_e4m3", "flashmla_kv", "flashmla_kv"),))),
+    ("hisparse-fp8-sparse-refused", H + ("--kv-cache-dtype", "fp8_e4m3", "--nsa-decode-backend", "flashmla_sparse"),
+     V32, "cuda", (10, 0),
+     dict(ok=False, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_sparse"), stage="check", error_type="ValueError",
+          log=(HISPARSE_V2.format("fp8_e4m3", "flashmla_kv", "flashmla_sparse"),),
+          message="HiSparse with --kv-cache-dtype=fp8_e4m3 requires --nsa-decode-backend in ['flashmla_kv'], "
+                  "but got flashmla_sparse.", where="srt/arg_groups/hisparse_hook.py:91 validate_hisparse")),
+    ("hisparse-non-dsa", H, V3, "cuda", (10, 0),
+     dict(ok=False, kv="auto", backends=(None, None), log=(), stage="check", error_type="AssertionError",
+          message="--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+                  "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now. ",
+          where="srt/arg_groups/hisparse_hook.py:61 validate_hisparse")),
+]
+
+RELEASES = {"0.5.11": ("sglang_0511", R0511), "0.5.12": ("sglang_0512", R0512)}
+PARAMS = [pytest.param(v, c, id=f"{v}-{c[0]}") for v, (_, cases) in RELEASES.items() for c in cases]
+
+
+def _driver(version):
+    installed = installed_version()
+    if installed != version:
+        pytest.skip(f"SGLang {version} is not installed here ({installed or 'none'}): tools/sglang-env.sh {version} DIR")
+    module = drivers.driver_for(version)  # as `hisparse conform` finds it
+    assert module.__name__ == f"engine.conform.{RELEASES[version][0]}"
+    module.load()
+    return module
+
+
+@pytest.mark.parametrize("version,spec", PARAMS)
+def test_driver_hand_picked_cases(version, spec):
+    driver = _driver(version)
+    _, argv, architecture, platform, capability, want = spec
+    r = driver.run_case(Case(argv, architecture, platform, capability))
+    got = dict(ok=r.ok, kv=r.kv_cache_dtype, backends=r.backends, log=r.log, stage=r.stage,
+               error_type=r.error_type, message=r.message, where=r.where)
+    want = dict(want)
+    want.setdefault("stage", "done" if want["ok"] else "check")
+    if want["ok"]:
+        want.update(message=None, where=None, error_type=None)
+    if want.get("where") and " " not in want["where"]:  # only the function named: check that part
+        got["where"] = r.where and r.where.split(" ")[-1]
+    assert {k: got[k] for k in want} == want
+    if r.where:  # the line named is the raise or assert of the installed source
+        path, _, rest = r.where.partition(":")
+        line = linecache.getline(os.path.join(driver._driver.root, path), int(rest.split(" ")[0]))
+        assert line.strip().startswith(("assert", "raise")), (r.where, line)
+
+
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_driver_leaves_the_process_as_it_found_it(version):
+    driver = _driver(version)
+    import torch
+
+    import sglang.srt.server_args as server_args
+    import sglang.srt.utils as utils
+
+    before = (server_args.is_hip, utils.is_hip, torch.cuda.get_device_capability, torch.cuda.is_available)
+    env = dict(os.environ)
+    r = driver.run_case(Case(("--kv-cache-dtype", "bf16"), "GlmMoeDsaForCausalLM", "hip", (10, 0)))
+    assert r.ok and r.backends == ("tilelang", "tilelang")
+    assert (server_args.is_hip, utils.is_hip, torch.cuda.get_device_capability, torch.cuda.is_available) == before
+    assert dict(os.environ) == env  # the DSA branch set SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD
+
+
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_driver_refuses_an_unknown_architecture(version):
+    driver = _driver(version)
+    with pytest.raises(ValueError, match="unknown architecture 'LlamaForCausalLM'"):
+        driver.run_case(Case((), "LlamaForCausalLM", "cuda", (9, 0)))
+
+
+def test_driver_refuses_an_unknown_platform():
+    from engine.conform import sglang_0512
+
+    with pytest.raises(ValueError, match="platform 'npu': this driver runs cuda or hip"):
+        sglang_0512.run_case(Case((), V32, "npu", (9, 0)))  # before any import of SGLang
+
+
+@pytest.mark.parametrize("args,text", [((), "usage: "), (("0.5.9", "DIR"), "no recipe for SGLang 0.5.9"),
+                                       (("0.5.23", "DIR"), "make install")])
+def test_env_script_refuses_bad_usage(tmp_path, args, text):
+    import subprocess
+
+    script = os.path.join(os.path.dirname(__file__), "..", "tools", "sglang-env.sh")
+    args = tuple(str(tmp_path / "env") if a == "DIR" else a for a in args)
+    proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and text in proc.stderr
+    assert not (tmp_path / "env").exists()  # nothing was created
+
+
+def test_driver_refuses_another_installed_release():
+    from engine.conform.prepipeline import Driver
+
+    installed = installed_version()
+    with pytest.raises(RuntimeError, match=f"runs SGLang 0.0.1; the installed SGLang is {installed or 'absent'}"):
+        Driver("0.0.1", lambda module: None, ()).load()
