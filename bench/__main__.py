@@ -1,7 +1,7 @@
 """`python -m bench [--quick] [--only NAME ...]`: run the benchmarks, write bench/results/<name>.json
-(every figure, the machine, versions, date), PNG plots, and bench/results/summary.md. --quick
-writes the same files to bench/results-quick/ (git-ignored): the committed results, which the
-README's figures are generated from, change only with a full run."""
+(every figure, the machine, versions, date), PNG plots, and bench/results/summary.md. With
+--quick, smaller sizes and fewer repeats, written to bench/results-quick/ (git-ignored): the
+committed results, which the README's figures are generated from, change only with a full run."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from bench.common import output_dir, use_output
+from bench.common import THREADS, out_dir, pin_threads, use_output
 
 SUITES = ("engine", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
 
@@ -47,17 +47,20 @@ def _gpu(quick: bool) -> str:
                         [f"not run here: {report.get('reason', 'no CUDA device or flash_mla')}"])
 
 
-def summary() -> str:
-    lines = ["# Benchmark summary", ""]
+def summary(quick: bool = False) -> str:
+    lines = ["# Benchmark summary", "", f"torch pinned to {THREADS} thread(s); engine figures are CPU times "
+             "of single-threaded work (wall times are in the JSON files).", ""]
     for name in SUITES:
-        path = os.path.join(output_dir(), f"{name}.json")
+        path = os.path.join(out_dir(quick), f"{name}.json")
         if not os.path.exists(path):
             continue
         with open(path) as fh:
             r = json.load(fh)
         m = r["machine"]
+        load = f", load average {m['load_average']}" if m.get("load_average") else ""  # older runs lack it
         lines.append(f"## {name} ({r['date']}{', quick' if r['quick'] else ''}; {m.get('cpu', m['machine'])}, "
-                     f"{m['cpus']} CPUs, Python {m['python']}, torch {m.get('torch')})")
+                     f"{m['cpus']} CPUs{load}, Python {m['python']}, "
+                     f"torch {m.get('torch')}, {m.get('torch_threads')} thread(s))")
         lines.append("")
         if r["goals"]:
             lines.append("| figure | value | goal | met |")
@@ -77,12 +80,14 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="+", choices=SUITES, help="run only these suites")
     ns = parser.parse_args(argv)
     use_output(ns.quick)
+    pin_threads()
     for name in ns.only or SUITES:
         t0 = time.perf_counter()
         path = _run_suite(name, ns.quick)
         print(f"{name}: {path} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    text = summary()
-    with open(os.path.join(output_dir(), "summary.md"), "w") as fh:
+    text = summary(ns.quick)
+    os.makedirs(out_dir(ns.quick), exist_ok=True)
+    with open(os.path.join(out_dir(ns.quick), "summary.md"), "w") as fh:
         fh.write(text + "\n")
     print(text)
     return 0

@@ -47,7 +47,8 @@ def attend_peak_rss(quick: bool) -> dict:
 
     steps = "2" if quick else "6"
     args = ["engine.cli", "attend", "--kv-cache-dtype", "fp8_e4m3", "--requests", "8", "--context", "32768",
-            "--hisparse-top-k", "2048", "--hisparse-device-buffer-size", "4096", "--steps", steps, "--format", "json"]
+            "--hisparse-top-k", "2048", "--hisparse-device-buffer-size", "4096", "--steps", steps, "--threads", "1",
+            "--format", "json"]
     peak, out = _child_peak(args)
     report = json.loads(out)
     baseline, _ = _child_peak(["engine.cli", "doctor", "--format", "json"])  # python + torch + the bridge

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
-from bench.common import output_dir
+from bench.common import out_dir
 
 
-def line_plot(name: str, title: str, xlabel: str, ylabel: str, xs, series: dict, logx: bool = False) -> str | None:
+def line_plot(name: str, title: str, xlabel: str, ylabel: str, xs, series: dict, logx: bool = False,
+              quick: bool = False) -> str | None:
     try:
         import matplotlib
 
@@ -26,8 +27,8 @@ def line_plot(name: str, title: str, xlabel: str, ylabel: str, xs, series: dict,
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    os.makedirs(output_dir(), exist_ok=True)
-    path = os.path.join(output_dir(), f"{name}.png")
+    os.makedirs(out_dir(quick), exist_ok=True)
+    path = os.path.join(out_dir(quick), f"{name}.png")
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -10,7 +10,7 @@ explain and compare decisions. Pure Python: never imports torch.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .decision import Decision, Violation
 from .errors import CODES, ConfigError, HisparseError, PolicyError, Problem

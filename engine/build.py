@@ -29,7 +29,7 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
-                            "--provider", "--device", "--max-memory", "--sample", "--workers"})
+                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
 
 
 class Parts:

@@ -12,7 +12,7 @@ import os
 import sys
 
 from .errors import ConfigError, HisparseError, Problem, clip, shown
-from .model import INT_MAX, INT_MIN
+from .inputs import INT_MAX, INT_MIN
 from .output import OutputError, Progress, SafeStream, silence
 from .paths import DEFAULT_POLICY, policy_ref
 from .suggest import did_you_mean
@@ -261,7 +261,7 @@ def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | 
     file or a pipe (stdin, a FIFO, `<(...)`): a device such as /dev/zero never ends and is refused,
     and a line running on for MAX_LINE_FACTOR times the limit without a newline stops the batch."""
     from .streams import RUNAWAY, MAX_LINE_FACTOR, lines_of, open_stream
-    from .yaml_reader import max_file_bytes
+    from .reading import max_file_bytes
 
     stream = open_stream("batch input" if source == "-" else "batch file", source)
 
@@ -313,7 +313,7 @@ def _batch_line(policy, base, said, line, number: int):
     from .streams import TOO_LONG
 
     if line is TOO_LONG:
-        from .yaml_reader import max_file_bytes
+        from .reading import max_file_bytes
 
         return bad([Problem("C505", f"line longer than {max_file_bytes()} bytes (HISPARSE_MAX_FILE_BYTES)")])
     if isinstance(line, bytes):
@@ -538,6 +538,9 @@ def cmd_attend(argv) -> int:
     w.add_argument("--max-memory", metavar="SIZE",
                    help="refuse a workload needing more (bytes, or 512M, 8G ...); default: half of the "
                         "memory this process can still take ($HISPARSE_MEMORY_LIMIT)")
+    w.add_argument("--threads", type=int_arg, metavar="N",
+                   help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
+                        "loaded machine 1 is often faster)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
@@ -557,10 +560,14 @@ def cmd_attend(argv) -> int:
         print(f"REJECTED by {policy.ref}: {decision.error}")
         return VIOLATION
     try:
-        import torch  # noqa: F401  (the bridge needs it; say so plainly when it is missing)
+        import torch  # the bridge needs it; say so plainly when it is missing
     except ImportError as exc:
         print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
         return ERROR
+    if ns.threads is not None:
+        if ns.threads < 1:
+            raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
+        torch.set_num_threads(ns.threads)
     from kernels_bridge.errors import BridgeError
     from kernels_bridge.hot_buffer import HotBufferError
     from kernels_bridge.resources import parse_size

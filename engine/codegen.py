@@ -32,10 +32,15 @@ class _Emitter:
         return name
 
 
-def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
+def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str, dict]:
     """Python source of `_evaluate(cfg)` for `policy`, and the constants it refers to. With
-    `probe`, `_probe(cfg, held, chosen)` instead: the same evaluation, also counting which rule
-    conditions held and which default was chosen (for the whole-domain lint)."""
+    `probe`, `_probe(configs, sink, held, chosen)` instead, for whole-domain work: the same
+    evaluation in a loop over `configs` (tuples of valid canonical values, in input order, so
+    nothing is looked up or checked), calling for each config, with `count`,
+    sink((values, sources, log, violations)) and counting which rule conditions held and which
+    default was chosen; without, sink((rewritten values and backends, log, first violation)):
+    the outcome as diff and table compare it (policy.written: the inputs rules rewrite)."""
+    counting = probe and count
     e = _Emitter()
     inputs = policy.inputs
     var = {name: f"v_{name}" for name in inputs}  # condition names -> expressions
@@ -48,35 +53,44 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
     for ph, spec in policy.phases.items():
         tpl[ph] = var[spec.input]
 
-    if probe:  # the domain only: canonical configs
-        e.emit("given, pre, outer = cfg, None, False")
+    if probe:  # the domain only: valid canonical configs, as tuples
+        e.emit("given = pre = None")
+        e.emit("for (" + "".join(f"{var[n]}, " for n in inputs) + ") in configs:")
+        e.depth += 1
     else:  # `given` is passed only by _retry, with the exact-typed copy of a config
         e.emit("outer = given is None")
         e.emit("if outer:")
         e.emit("    given = cfg")
         e.emit("    if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
         e.emit("        cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
-    e.emit("get = cfg.get")
-    for name, spec in inputs.items():
-        v = var[name]
-        e.emit(f"{v} = get({name!r}, {spec.default!r})")
-        bad = _invalid_expr(spec, v, e)
-        e.emit(f"if {bad}:")
-        # not a value of the exact type: a bad value (ConfigError), or a subclass such as an enum
-        # member, evaluated again as its exact-typed copy
-        e.emit("    return _retry(given) if outer else _reject(cfg)")
+        e.emit("get = cfg.get")
+        for name, spec in inputs.items():
+            v = var[name]
+            e.emit(f"{v} = get({name!r}, {spec.default!r})")
+            bad = _invalid_expr(spec, v, e)
+            e.emit(f"if {bad}:")
+            # not a value of the exact type: a bad value (ConfigError), or a subclass such as an
+            # enum member, evaluated again as its exact-typed copy
+            e.emit("    return _retry(given) if outer else _reject(cfg)")
     for ph, spec in policy.phases.items():
         e.emit(f"u_{ph} = {var[spec.input]} is not None")
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
     e.emit("log = pre or []")
     e.emit("viol = []")
 
-    result = ("_Decision(_policy, (" + "".join(f"{var[n]}, " for n in inputs) + "), ("
-              + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, given)")
+    parts = ("(" + "".join(f"{var[n]}, " for n in inputs) + "), ("
+             + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol")
+    result = f"_Decision(_policy, {parts}, given)"
+    if probe and not count:  # only what tells outcomes apart, hashable as it is
+        shown = [var[n] for n in policy.written] + [var[spec.input] for spec in policy.phases.values()]
+        parts = "(" + "".join(f"{v}, " for v in shown) + "), tuple(log), viol[0] if viol else None"
+    # every way an evaluation ends is emitted from `finish`: the probe hands each result to the
+    # sink and goes on with the next config (a `return` would end the whole loop)
+    finish = [f"sink(({parts}))", "continue"] if probe else [f"return {result}"]
     index = policy.rule_index
 
     def count(rule, what="held"):
-        if probe:
+        if counting:
             e.emit(f"{what}[{index[id(rule)]}] += 1")
 
     # resolve: rewrite inputs, log, stop on a failed requirement
@@ -89,7 +103,8 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                 if rule.require is not None:
                     e.emit(f"if not {rule.require.py(var)}:")
                     e.emit(f"    viol.append(({index[id(rule)]}, None, {rule.message.fstring(tpl)}))")
-                    e.emit(f"    return {result}")
+                    for line in finish:
+                        e.emit(f"    {line}")
                 for name, value in rule.set.items():
                     e.emit(f"{var[name]} = {value!r}")
                     phase = inputs[name].phase
@@ -108,7 +123,7 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
         e.emit("dlog = None")
     st = policy.stages["defaults"]
     with _block(e, st.when, var):
-        if probe:  # every default whose condition holds, chosen or not
+        if counting:  # every default whose condition holds, chosen or not
             for rule in st.rules:
                 e.emit(f"if {rule.when.py(var)}:")
                 e.emit(f"    held[{index[id(rule)]}] += 1")
@@ -139,21 +154,22 @@ def compile_policy(policy, probe: bool = False) -> tuple[str, dict]:
                     for ph, spec in policy.phases.items():
                         pvar = dict(var, backend=var[spec.input], phase=repr(ph))
                         ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
-                        _check(e, rule, index[id(rule)], pvar, ptpl, ph, probe)
+                        _check(e, rule, index[id(rule)], pvar, ptpl, ph, counting)
                 else:
-                    _check(e, rule, index[id(rule)], var, tpl, None, probe)
+                    _check(e, rule, index[id(rule)], var, tpl, None, counting)
 
     if early:  # a failure stops evaluation before the default's log line
         run_checks(early)
         e.emit("if viol:")
-        e.emit(f"    return {result}")
+        for line in finish:
+            e.emit(f"    {line}")
         e.emit("if dlog is not None:")
         e.emit("    log.append(dlog)")
     # checks: every failure is a violation, in order
     run_checks([r for r in checks.rules if r.at != "defaults"])
-    e.emit(f"return {result}")
+    e.emit(finish[0])
 
-    head = "def _probe(cfg, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
+    head = "def _probe(configs, sink, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
     source = head + "\n".join(e.lines) + "\n"
     return source, e.consts
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from .domain import coords, size, strides
 from .text import show as _show
 
 CLASSES = ("newly_accepted", "newly_rejected", "backend_changed", "message_changed", "log_changed")
@@ -33,7 +34,7 @@ def outcome_of(decision) -> Outcome:
     backends = tuple(decision.backends.items())
     raw = decision._raw
     if raw:
-        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_list[raw[0][0]].name)
+        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_meta[raw[0][0]][0])
     return Outcome("ok", values, backends, tuple(decision.log), None, None)
 
 
@@ -97,44 +98,104 @@ def minimize(points: list[tuple], domains: list[list], disjoint: bool = False) -
     """A short exact cover of `points` (value tuples) by cubes (tuples of frozensets, one per
     input): every point lies in some cube and every config a cube describes is one of the points,
     so a cube can be read as a rule ("these inputs have these values, the rest do not matter").
-    Each cube is grown greedily from a point not yet covered, one value at a time, as long as it
-    stays inside the points; inputs that make no difference end up holding their whole domain.
-    Cubes may overlap, unless `disjoint` (then each point lies in exactly one cube)."""
-    inside = set(points)
-    covered: set = set()
-    cubes = []
-    n = len(domains)
-    for seed in points:
-        if seed in covered:
-            continue
-        cube = [frozenset((v,)) for v in seed]
+    See cover() for how; this form takes and gives values instead of value indices."""
+    sizes = [len(d) for d in domains]
+    index = [{v: i for i, v in enumerate(d)} for d in domains]
+    steps = strides(sizes)
+    numbers = {sum(index[i][v] * steps[i] for i, v in enumerate(p)) for p in points}
+    cubes = cover(mask_of(numbers, size(sizes)), sizes, disjoint)
+    return [tuple(frozenset(domains[i][v] for v in c) for i, c in enumerate(cube)) for cube in cubes]
+
+
+def cover(points: int, sizes: list[int], disjoint: bool = False, masks: list | None = None) -> list[tuple]:
+    """A short exact cover of a set of configs by cubes. Configs are numbered in mixed radix over
+    axes of `sizes` (the last varies fastest); `points` has bit k set for each config k in the
+    set (mask_of). A cube is a tuple of frozensets of value indices, one per axis.
+
+    Each cube is grown greedily from the first config not yet covered, one value at a time, as
+    long as it stays inside the points; axes that make no difference end up holding every value.
+    Cubes may overlap, unless `disjoint` (then each config lies in exactly one cube), and a cube
+    whose configs the others cover is dropped. Sets of configs are Python integers used as bit
+    sets, so testing whether a slice of a cube lies inside the points is a few whole-word
+    operations, not a walk over its configs. `masks`: axis_masks(sizes), when many sets of the
+    same axes are covered."""
+    n, total = len(sizes), size(sizes)
+    full = (1 << total) - 1
+    value_masks = masks or axis_masks(sizes)
+    outside = full & ~points
+    # values no point holds can never join a cube: skip them (and axes left with none)
+    candidates = [[v for v in range(sizes[i]) if value_masks[i][v] & points] for i in range(n)]
+    covered, remaining = 0, points
+    cubes, masks = [], []
+    while remaining:
+        seed = (remaining & -remaining).bit_length() - 1
+        sets = [{c} for c in coords(seed, sizes)]
+        axis = [value_masks[i][next(iter(sets[i]))] for i in range(n)]
+        bad = outside | covered if disjoint else outside
         grown = True
         while grown:
             grown = False
+            after = [full] * (n + 1)  # after[i]: the cube's configs as far as axes i.. constrain them
+            for i in range(n - 1, -1, -1):
+                after[i] = after[i + 1] & axis[i]
+            before = full
             for i in range(n):
-                for v in domains[i]:
-                    if v in cube[i]:
-                        continue
-                    trial = cube[:i] + [cube[i] | {v}] + cube[i + 1:]
-                    # only the new slice needs checking: the rest is inside already
-                    slice_ = trial[:i] + [frozenset((v,))] + trial[i + 1:]
-                    if all(p in inside and not (disjoint and p in covered)
-                           for p in itertools.product(*slice_)):
-                        cube = trial
-                        grown = True
-        covered.update(itertools.product(*cube))
-        cubes.append(tuple(cube))
-    if disjoint:
-        kept = cubes
-    else:  # drop cubes whose points the others cover
-        kept = []
+                new = [v for v in candidates[i] if v not in sets[i]]
+                if new:
+                    # the configs a new value v of axis i would add are value_masks[i][v] & slice
+                    slice_bad = before & after[i + 1] & bad
+                    for v in new:
+                        if not value_masks[i][v] & slice_bad:
+                            sets[i].add(v)
+                            axis[i] |= value_masks[i][v]
+                            grown = True
+                before &= axis[i]
+        cube = before
+        covered |= cube
+        remaining &= ~cube
+        cubes.append(tuple(frozenset(s) for s in sets))
+        masks.append(cube)
+    if not disjoint:  # drop cubes whose configs the others cover
+        later = [0] * (len(masks) + 1)
+        for i in range(len(masks) - 1, -1, -1):
+            later[i] = later[i + 1] | masks[i]
+        kept, kept_mask = [], 0
         for i, cube in enumerate(cubes):
-            others = kept + cubes[i + 1:]
-            mine = set(itertools.product(*cube))
-            if not all(any(all(p[k] in c[k] for k in range(n)) for c in others) for p in mine):
+            if masks[i] & ~(kept_mask | later[i + 1]):
                 kept.append(cube)
-    order = {i: {v: k for k, v in enumerate(d)} for i, d in enumerate(domains)}
-    return sorted(kept, key=lambda c: tuple(sorted(order[i].get(v, 0) for v in s) for i, s in enumerate(c)))
+                kept_mask |= masks[i]
+        cubes = kept
+    return sorted(cubes, key=lambda c: tuple(tuple(sorted(s)) for s in c))
+
+
+def mask_of(numbers, total: int) -> int:
+    """The bit set of config numbers (each in range(total))."""
+    bits = bytearray((total + 7) // 8)
+    for k in numbers:
+        bits[k >> 3] |= 1 << (k & 7)
+    return int.from_bytes(bits, "little")
+
+
+def axis_masks(sizes: list[int]) -> list[list[int]]:
+    """Per axis and value index, the bit set of the configs holding that value."""
+    total, steps = size(sizes), strides(sizes)
+    return [[_axis_mask(steps[i], sizes[i], v, total) for v in range(sizes[i])] for i in range(len(sizes))]
+
+
+def _axis_mask(step: int, size: int, value: int, total: int) -> int:
+    """The configs whose value index on an axis (of `size` values, numbers advancing by `step`)
+    is `value`: a run of `step` ones every step * size bits, built by doubling."""
+    period = step * size
+    block, width, count = ((1 << step) - 1) << (value * step), period, total // period
+    out = shift = 0
+    while count:
+        if count & 1:
+            out |= block << shift
+            shift += width
+        block |= block << width
+        width *= 2
+        count >>= 1
+    return out
 
 
 def factor(cubes: list[tuple], domains: list[list]) -> tuple[tuple, list[tuple]]:

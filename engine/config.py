@@ -4,12 +4,14 @@ underscores. Values keep their YAML/JSON types; strings are never read as boolea
 from __future__ import annotations
 
 from .errors import ConfigError, Problem
-from .yaml_reader import Document, ReadError, load_document
 
 
-def read_config_file(path: str) -> Document:
-    """The parsed file; raises ConfigError (file:line:col) when unreadable or not a mapping. A
-    pipe is read too (`--config <(...)`, /dev/stdin): the operator named it."""
+def read_config_file(path: str):
+    """The parsed file (a yaml_reader.Document); raises ConfigError (file:line:col) when
+    unreadable or not a mapping. A pipe is read too (`--config <(...)`, /dev/stdin): the operator
+    named it."""
+    from .yaml_reader import ReadError, load_document
+
     try:
         doc = load_document(path, regular_only=False)
     except ReadError as exc:

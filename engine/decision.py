@@ -1,16 +1,14 @@
 """The result of evaluating one config against one policy."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 
-@dataclass(frozen=True)
-class Violation:
-    check: str  # the rule's name
-    message: str
-    location: str  # file:line of the rule
-    phase: str | None = None  # set for per-phase checks
-    stage: str = "checks"  # checks, or resolve for a requirement that stopped evaluation
+class Violation(namedtuple("Violation", "check message location phase stage", defaults=(None, "checks"))):
+    """check: the rule's name; location: file:line of the rule; phase: set for per-phase checks;
+    stage: checks, or resolve for a requirement that stopped evaluation."""
+
+    __slots__ = ()
 
     def to_dict(self) -> dict:
         out = {"check": self.check, "message": self.message, "location": self.location}
@@ -22,7 +20,9 @@ class Violation:
 
 
 class Decision:
-    """What a policy decides for a config.
+    """What a policy decides for a config. Read-only: `Policy.evaluate` may hand the same object
+    to every caller that asks about the same config, so its attributes cannot be set and every
+    container it gives out is a fresh copy.
 
     - `ok`: no violation.
     - `config`: every input after the resolve stage, phases holding their final backends.
@@ -30,40 +30,47 @@ class Decision:
       the default (or resolve) rule that filled it, or None when nothing did.
     - `violations`: every failed check in order; the first is the error SGLang raises.
     - `log`: the log lines in order. `policy`: family, version, sha256 of the file.
-    - `input`: the config as given.
+    - `input`: the config as given (a read-only copy when the decision is shared).
     """
 
-    __slots__ = ("policy", "_values", "_sources", "log", "_raw", "input")
+    __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input")
 
-    def __init__(self, policy, values: tuple, sources: tuple, log: list, raw: list, given):
-        self.policy = policy
+    def __init__(self, policy, values: tuple, sources: tuple, log, raw, given):
+        self._policy = policy
         self._values = values
-        self._sources = sources
-        self.log = log
-        self._raw = raw  # [(rule index into policy.rule_list, phase or None, message)]
-        self.input = given
+        self._sources = tuple(sources)
+        self._log = tuple(log)
+        self._raw = tuple(raw)  # ((rule index into policy.rule_list, phase or None, message), ...)
+        self._input = given
+
+    policy = property(lambda self: self._policy)
+    input = property(lambda self: self._input)
 
     @property
     def ok(self) -> bool:
         return not self._raw
 
     @property
+    def log(self) -> list:
+        return list(self._log)
+
+    @property
     def config(self) -> dict:
-        return dict(zip(self.policy.input_names, self._values))
+        return dict(zip(self._policy.input_names, self._values))
 
     @property
     def backends(self) -> dict:
         values = self._values
-        return {ph: values[i] for ph, i in self.policy.phase_slots}
+        return {ph: values[i] for ph, i in self._policy.phase_slots}
 
     @property
     def sources(self) -> dict:
-        return dict(zip(self.policy.phase_names, self._sources))
+        return dict(zip(self._policy.phase_names, self._sources))
 
     @property
     def violations(self) -> list[Violation]:
-        rules = self.policy.rule_list
-        return [Violation(rules[i].name, msg, self.policy.location(rules[i]), phase, rules[i].stage)
+        p = self._policy
+        return [Violation(p.rule_meta[i][0], msg, f"{p.file}:{p.rule_meta[i][1]}", phase, p.rule_meta[i][2])
                 for i, phase, msg in self._raw]
 
     @property
@@ -73,21 +80,31 @@ class Decision:
 
     def outcome(self) -> tuple:
         """A hashable summary for comparing decisions: ok, resolved values, log, messages."""
-        return (not self._raw, self._values, tuple(self.log), tuple(m for _, _, m in self._raw))
+        return (not self._raw, self._values, self._log, tuple(m for _, _, m in self._raw))
+
+    def __eq__(self, other):
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return self._policy is other._policy and self._values == other._values and \
+            self._sources == other._sources and self._log == other._log and self._raw == other._raw
+
+    def __hash__(self):
+        return hash((id(self._policy), self._values, self._sources, self._log, self._raw))
 
     def to_dict(self) -> dict:
         out = {"ok": self.ok}
         out.update(self.config)
-        for ph, _ in self.policy.phase_slots:  # deprecated spellings of phase keys, e.g. nsa_*
-            for alias in self.policy.phase_key_aliases.get(ph, ()):
+        for ph, _ in self._policy.phase_slots:  # deprecated spellings of phase keys, e.g. nsa_*
+            for alias in self._policy.phase_key_aliases.get(ph, ()):
                 out.setdefault(alias, self.backends[ph])
         out["backends"] = self.backends
         out["violations"] = [v.to_dict() for v in self.violations]
-        out["log"] = list(self.log)
+        out["log"] = list(self._log)
         out["sources"] = self.sources
-        out["policy"] = self.policy.identity()
+        out["policy"] = self._policy.identity()
         return out
 
     def __repr__(self) -> str:
         state = "ok" if self.ok else f"rejected: {self.error}"
-        return f"<Decision {self.policy.family}@{self.policy.version} {state} backends={self.backends}>"
+        p = self._policy
+        return f"<Decision {p.family}@{p.version} {state} backends={self.backends}>"

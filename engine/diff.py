@@ -5,13 +5,20 @@ of either policy, with the union of both declared value lists; integer inputs ta
 representative values). An input one policy does not declare is not given to it; a value outside
 a policy's domain is a config error for that policy, which counts as a rejection. Every config
 whose outcome differs is classified (compare.CLASSES), and alike changes are grouped and reduced to
-a few patterns over the inputs that matter."""
+a few patterns over the inputs that matter.
+
+The work is organised around what each policy reads (domain.py): each policy is evaluated once
+per config of its own axes, in bulk, and its outcomes are interned; a config of the union is
+then a pair of outcome numbers, classified once per distinct pair, and each group of changed
+configs is a bit set that compare.cover reduces to patterns."""
 from __future__ import annotations
 
+import collections
 import itertools
 
-from .compare import (CLASSES, classify, cube_json, cube_text, describe, factor, minimize,
-                      outcome_of, outcome_of_error)
+from . import domain
+from .compare import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
+                      mask_of, outcome_of_error)
 from .errors import ConfigError, Problem
 from .text import show as _show
 
@@ -55,22 +62,6 @@ def _eq(x, y) -> bool:
     return x == y and type(x) is type(y)
 
 
-def _invalid_values(policy, axes, side: str) -> dict:
-    """(axis index, value) -> the config-error outcome of giving `policy` that value, for the
-    values of the union domain the policy does not accept; computed once per value, not per
-    config."""
-    out = {}
-    for i, ax in enumerate(axes):
-        name = ax.a_name if side == "a" else ax.b_name
-        if name is None:
-            continue
-        spec = policy.inputs[name]
-        for v in ax.values:
-            if not spec.accepts(v):
-                out[(i, v)] = outcome_of_error(ConfigError([policy._value_problem(spec, name, v, "")]))
-    return out
-
-
 def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
     """Apply NAME=VALUE restrictions (values typed as the declaring policy types them) to the
     union axes; returns the fixed values by axis name."""
@@ -112,61 +103,55 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
     `progress(done, total)`, when given, is called every PROGRESS_EVERY configs and at the end."""
     axes = union_axes(a, b)
     fixed = restrict(a, b, axes, where)
-    size = 1
-    for ax in axes:
-        size *= len(ax.values)
-    check_size(size, f"the union domain of {a.ref} and {b.ref}")
-    a_axes = [(i, ax.a_name) for i, ax in enumerate(axes) if ax.a_name is not None]
-    b_axes = [(i, ax.b_name) for i, ax in enumerate(axes) if ax.b_name is not None]
-    counts = dict.fromkeys(CLASSES, 0)
-    grouped: dict = {}
-    total = 0
-    a_eval, b_eval = a.evaluate, b.evaluate
-    same_shape = a.input_names == b.input_names and a.phase_names == b.phase_names
-    bad_a, bad_b = _invalid_values(a, axes, "a"), _invalid_values(b, axes, "b")
-    a_checks = [(i, v) for (i, v) in bad_a]
-    b_checks = [(i, v) for (i, v) in bad_b]
-    for combo in itertools.product(*(ax.values for ax in axes)):
-        total += 1
-        if progress is not None and not total % PROGRESS_EVERY:
-            progress(total, size)
-        ea = next((bad_a[k] for k in a_checks if _eq(combo[k[0]], k[1])), None) if a_checks else None
-        eb = next((bad_b[k] for k in b_checks if _eq(combo[k[0]], k[1])), None) if b_checks else None
-        da = a_eval({name: combo[i] for i, name in a_axes}) if ea is None else None
-        db = b_eval({name: combo[i] for i, name in b_axes}) if eb is None else None
-        # the common case first: identical outcomes without building comparison objects
-        if same_shape and da is not None and db is not None and not da._raw and not db._raw \
-                and da._values == db._values and da.log == db.log:
-            continue
-        oa = ea if da is None else outcome_of(da)
-        ob = eb if db is None else outcome_of(db)
-        cls, key = classify(oa, ob)
-        if cls is None:
-            continue
-        counts[cls] += 1
-        entry = grouped.setdefault((cls, key), {"points": [], "examples": []})
-        entry["points"].append(combo)
-        if len(entry["examples"]) < max_examples:
-            entry["examples"].append((combo, oa, ob))
+    sizes = [len(ax.values) for ax in axes]
+    total = domain.size(sizes)
+    check_size(total, f"the union domain of {a.ref} and {b.ref}")
+    with domain.no_gc():
+        ids_a, outcomes_a, kept_a = _side(a, axes, "a_name", set(b.written))
+        ids_b, outcomes_b, kept_b = _side(b, axes, "b_name", set(a.written))
+        wide = len(outcomes_b)
+        group_of: dict = {}  # outcome pair -> its group's list of config numbers, or None (no change)
+        grouped: dict = {}  # (class, key) -> config numbers, in order
+        scaled = [x * wide for x in ids_a]
+        pairs = map(int.__add__, map(scaled.__getitem__, domain.projection(sizes, kept_a)),
+                    iter(ids_b) if len(kept_b) == len(axes) else map(ids_b.__getitem__, domain.projection(sizes, kept_b)))
+        if progress is not None:
+            pairs = _reporting(pairs, total, progress)
+        for k, pair in enumerate(pairs):
+            points = group_of.get(pair, _UNSEEN)
+            if points is _UNSEEN:
+                cls, key = classify(outcomes_a[pair // wide], outcomes_b[pair % wide])
+                points = group_of[pair] = None if cls is None else grouped.setdefault((cls, key), [])
+            if points is not None:
+                points.append(k)
     if progress is not None:
-        progress(size, size)
+        progress(total, total)
+    counts = dict.fromkeys(CLASSES, 0)
+    for (cls, _), points in grouped.items():
+        counts[cls] += len(points)
     names = [ax.name for ax in axes]
     domains = [ax.values for ax in axes]
     groups = []
+
     def order(item):
-        (cls, key), entry = item
+        (cls, key), points = item
         # rule changes first, changes that come from a value one side does not accept last
         domain_only = any(isinstance(k, str) and k[:1] == "C" and k[1:].isdigit() for k in key)
-        return (CLASSES.index(cls), domain_only, -len(entry["points"]))
+        return (CLASSES.index(cls), domain_only, -len(points))
 
-    for (cls, key), entry in sorted(grouped.items(), key=order):
-        cubes = minimize(entry["points"], domains)
-        combo, oa, ob = entry["examples"][0]
+    proj_a, proj_b = _projector(sizes, kept_a), _projector(sizes, kept_b)
+    masks = axis_masks(sizes)
+    for (cls, key), points in sorted(grouped.items(), key=order):
+        cubes = [tuple(frozenset(domains[i][v] for v in c) for i, c in enumerate(cube))
+                 for cube in cover(mask_of(points, total), sizes, masks=masks)]
+        k = points[0]
+        combo = tuple(d[i] for d, i in zip(domains, domain.coords(k, sizes)))
+        oa, ob = outcomes_a[ids_a[proj_a(k)]], outcomes_b[ids_b[proj_b(k)]]
         common, rests = factor(cubes, domains)
         groups.append({
             "class": cls,
             "change": describe(cls, key),
-            "count": len(entry["points"]),
+            "count": len(points),
             "patterns": [cube_json(c, names, domains) for c in cubes],
             "where": cube_text(common, names, domains, empty="") if len(cubes) > 1 else "",
             "text": [cube_text(c, names, domains) for c in (rests if len(cubes) > 1 else cubes)],
@@ -183,6 +168,89 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
         "groups": groups,
         "examples": examples,
     }
+
+
+_UNSEEN = object()
+
+
+def _reporting(items, total: int, progress):
+    """`items`, calling progress(done, total) after every PROGRESS_EVERY of them (a block at a
+    time, so the loop over them tests nothing per item)."""
+    done = 0
+    while True:
+        block = list(itertools.islice(items, PROGRESS_EVERY))
+        if not block:
+            return
+        yield from block
+        done += len(block)
+        if len(block) == PROGRESS_EVERY:
+            progress(done, total)
+
+
+def _side(policy, axes, side: str, other_written: set):
+    """One policy's outcomes over the configs of its own axes (union values, union order):
+    (outcome number per config, the outcomes, the axes). A config holding a value the policy
+    does not accept gets the config error of its first such value; the others are evaluated in
+    bulk. An outcome holds what can tell two policies' outcomes apart: the resolved values of
+    the inputs this policy rewrites and the given values of those only the other one rewrites
+    (this one keeps them), backends, log, first violation."""
+    kept = [i for i, ax in enumerate(axes) if getattr(ax, side) is not None]
+    names = [getattr(axes[i], side) for i in kept]
+    specs = [policy.inputs[n] for n in names]
+    values = [axes[i].values for i in kept]
+    valid = [[j for j, v in enumerate(vals) if spec.accepts(v)] for vals, spec in zip(values, specs)]
+    sizes = [len(v) for v in values]
+    steps = domain.strides(sizes)
+    kept_only = [n for n in policy.input_names if n in other_written and n not in policy.written]
+    order = domain.reorder([names.index(n) for n in policy.input_names])
+    configs = map(order, itertools.product(*[[vals[j] for j in ok] for vals, ok in zip(values, valid)]))
+    number: dict = collections.defaultdict(itertools.count().__next__)  # outcome -> its number
+    found: list = []  # outcome numbers of the valid configs, in order
+    if kept_only:  # rare: the other policy rewrites an input this one keeps
+        given = domain.reorder([policy.input_names.index(n) for n in kept_only])
+        configs, again = itertools.tee(configs)
+        for chunk in domain.results(policy, configs):
+            found.extend(number[r + (given(c),)] for r, c in zip(chunk, again))  # chunk first: zip stops there
+    else:
+        for chunk in domain.results(policy, configs):
+            found.extend(map(number.__getitem__, chunk))
+    outcomes = [_outcome(policy, key, kept_only) for key in number]
+    ids = [0] * domain.size(sizes)
+    # the valid configs lie in runs (the axes after the last one with a refused value are whole)
+    cut = max([i + 1 for i, ok in enumerate(valid) if len(ok) < sizes[i]], default=0)
+    run = domain.size(sizes[cut:])
+    for j, start in enumerate(domain.numbers(valid[:cut], steps[:cut])):
+        ids[start:start + run] = found[j * run:(j + 1) * run]
+    # the rest: the first value (in axis order) the policy does not accept decides the error
+    for axis, ok in enumerate(valid):
+        block = domain.size(sizes[axis + 1:])
+        for j in (j for j in range(sizes[axis]) if j not in ok):
+            problem = policy._value_problem(specs[axis], names[axis], values[axis][j], "")
+            outcomes.append(outcome_of_error(ConfigError([problem])))
+            error = [len(outcomes) - 1] * block
+            for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):
+                ids[start:start + block] = error
+    return ids, outcomes, kept
+
+
+def _outcome(policy, key, kept_only) -> Outcome:
+    values, log, first = key[:3]
+    n = len(policy.written)
+    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[3])) if kept_only else ())
+    status, message, check = ("ok", None, None) if first is None else \
+        ("rejected", first[2], policy.rule_meta[first[0]][0])
+    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check)
+
+
+def _projector(sizes: list[int], kept: list[int]):
+    """Config number of the union -> its number over the axes `kept`."""
+    steps = domain.strides([sizes[i] for i in kept])
+
+    def project(k: int) -> int:
+        c = domain.coords(k, sizes)
+        return sum(c[i] * s for i, s in zip(kept, steps))
+
+    return project
 
 
 def domain_changes(a, b, axes) -> dict:

@@ -2,7 +2,7 @@
 position. Exceptions carry lists of problems so that everything wrong is reported at once."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 # code -> (slug, what it means). The README's error-code table is generated from this mapping and
 # a test keeps the two in step.
@@ -82,16 +82,12 @@ def shown(value, limit: int = 80) -> str:
     return clip(text, limit)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong. `line`/`col` are 1-based; 0 when the problem has no position."""
+class Problem(namedtuple("Problem", "code message file line col hint", defaults=("", 0, 0, ""))):
+    """One thing wrong. `line`/`col` are 1-based; 0 when the problem has no position. (A named
+    tuple rather than a dataclass: every load imports this module, and the dataclasses module
+    costs more to import than a cached load.)"""
 
-    code: str
-    message: str
-    file: str = ""
-    line: int = 0
-    col: int = 0
-    hint: str = ""
+    __slots__ = ()
 
     @property
     def slug(self) -> str:

@@ -17,10 +17,10 @@ path decides dsa_model and model_family unless some layer gives them.
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, field
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError, Problem, clip, shown
+from .inputs import _Record  # fields compared and shown like a dataclass's, without importing dataclasses
 from .suggest import closest, did_you_mean, near_miss
 
 MODEL_KEYS = ("model-path", "model")
@@ -52,16 +52,20 @@ def sglang_key(key: str) -> str:
     return key.replace("_", "-")
 
 
-@dataclass
-class Layer:
+class Layer(_Record):
     """One source, read: its inputs (input -> (key as spelled, value)), options (primary ->
     (key as spelled, JSON object)), the model path ((key, path) or None), keys ignored."""
 
-    source: str = ""
-    inputs: dict = field(default_factory=dict)
-    options: dict = field(default_factory=dict)
-    model: tuple | None = None
-    ignored: list = field(default_factory=list)
+    FIELDS = ("source", "inputs", "options", "model", "ignored")
+    __slots__ = FIELDS
+
+    def __init__(self, source: str = "", inputs: dict | None = None, options: dict | None = None,
+                 model: tuple | None = None, ignored: list | None = None):
+        self.source = source
+        self.inputs = {} if inputs is None else inputs
+        self.options = {} if options is None else options
+        self.model = model
+        self.ignored = [] if ignored is None else ignored
 
 
 def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, lenient: bool = False) -> Layer:
@@ -176,13 +180,16 @@ def _json_object(key, value, file):
     return obj, None
 
 
-@dataclass
-class Given:
+class Given(_Record):
     """Layers combined: the config for the policy, the notes, and what the user gave."""
 
-    config: dict
-    notes: list
-    given: dict  # one mapping that reads back into the same config: what a record keeps
+    FIELDS = ("config", "notes", "given")
+    __slots__ = FIELDS
+
+    def __init__(self, config: dict, notes: list, given: dict):
+        self.config = config
+        self.notes = notes
+        self.given = given  # one mapping that reads back into the same config: what a record keeps
 
 
 def combine(policy, layers) -> Given:

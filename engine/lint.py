@@ -1,5 +1,6 @@
 """Deep lint: what only the whole declared domain shows. Run by `hisparse check` after a policy
-loads cleanly; exact, by enumerating every config of the domain through the interpreter.
+loads cleanly; exact, by enumerating every config of the domain through the compiled rules in
+bulk (domain.py; the interpreter only to name the winners of a shadowed default).
 
 L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
 L402 dead-rule          a rule whose condition holds for no config
@@ -103,28 +104,59 @@ def _unused_inputs(policy) -> list[Problem]:
 
 
 def _domain_lint(policy) -> list[Problem]:
+    import itertools
+
+    from . import domain
+
     rules = policy.rule_list
     held = [0] * len(rules)
     chosen = [0] * len(rules)
     contradiction: dict[str, tuple] = {}
-    probe = policy.probe()
     defaults = {r.name for r in policy.stages["defaults"].rules}
+    phase_index = {ph: i for i, ph in enumerate(policy.phase_names)}
     reads = _phases_read(policy)
-    for config in policy.domain():
-        d = probe(config, held, chosen)
-        if d._raw:
-            sources = d.sources
-            for k, (i, phase, _) in enumerate(d._raw):
-                if phase is not None:
-                    src = sources[phase]
-                elif i in reads:  # a whole-config check (at: defaults or not): blame the default
-                    # that filled every phase it reads, when one did
-                    filled = {sources[ph] for ph in reads[i]}
-                    src = filled.pop() if len(filled) == 1 else None
-                else:
-                    continue
-                if src in defaults and src not in contradiction:
-                    contradiction[src] = (config, d.violations[k])
+    names = policy.input_names
+    domains = [policy.inputs[n].domain() for n in names]
+    # A default fills only a phase the config leaves unset, so L403's counterexamples (the first,
+    # in domain order) lie where some phase is unset: that part is scanned first. The rest only
+    # adds to the counts, so it is scanned only if they still leave a rule unseen or a default
+    # held but never chosen. (Phase inputs are the last inputs: see build.Parts.)
+    k = len(policy.phases)
+    if k and names[-k:] == tuple(spec.input for spec in policy.phases.values()):
+        tails = list(itertools.product(*domains[-k:]))
+        first = [t for t in tails if None in t]
+        rest = [t for t in tails if None not in t]
+        parts = [(first, True), (rest, False)]
+    else:
+        parts = [(list(itertools.product(*domains[-k:])) if k else [()], True)]
+    lead = domains[:len(names) - k]
+
+    def complete() -> bool:
+        return all(held[i] and (rules[i].stage != "defaults" or chosen[i]) for i in range(len(rules)))
+
+    with domain.no_gc():
+        for tails, search in parts:
+            if not search and complete():
+                break
+            configs = (a + t for a in itertools.product(*lead) for t in tails)
+            if not search:
+                for _ in domain.results(policy, configs, held, chosen):
+                    pass
+                continue
+            configs, again = itertools.tee(configs)
+            for chunk in domain.results(policy, configs, held, chosen):
+                for (_, sources, _, viol), combo in zip(chunk, again):  # the chunk first: zip stops there
+                    for index, phase, message in viol:
+                        if phase is not None:
+                            src = sources[phase_index[phase]]
+                        elif index in reads:  # a whole-config check (at: defaults or not): blame the
+                            # default that filled every phase it reads, when one did
+                            filled = {sources[phase_index[ph]] for ph in reads[index]}
+                            src = filled.pop() if len(filled) == 1 else None
+                        else:
+                            continue
+                        if src in defaults and src not in contradiction:
+                            contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
     out = []
     shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
     winners = _winners(policy, shadowed) if shadowed else {}
@@ -137,11 +169,11 @@ def _domain_lint(policy) -> list[Problem]:
             by = ", ".join(sorted(winners.get(rule.name, ())))
             out.append(_problem(policy, "L401", f"default rule '{rule.name}' is never chosen: wherever it "
                                 f"applies, an earlier rule wins ({by})", rule.path))
-    for name, (config, v) in contradiction.items():
+    for name, (config, check, message) in contradiction.items():
         rule = policy.rule(name)
         shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
-        out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{v.check}' "
-                            f"rejects, e.g. for {shown}: {v.message}", rule.path))
+        out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{check}' "
+                            f"rejects, e.g. for {shown}: {message}", rule.path))
     return out
 
 

@@ -2,30 +2,29 @@
 
 `load_policy(ref)`: ref is a family ("nsa-backends", its newest version), a family and version
 ("nsa-backends@2") or a file path. A load reads the file's bytes and hashes them; a policy already
-compiled from the same bytes is served from the cache, so repeated loads cost a read and a hash.
+compiled from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
+new process the compiled form comes from the on-disk cache (cache.py) when it holds these bytes;
+only otherwise is the file parsed, validated and compiled (and the result stored there).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import threading
+import _thread
 from collections import OrderedDict
 
-from .build import Builder
+from . import cache
 from .errors import PolicyError, Problem, clip
 from .paths import default_policy_dir, policy_root, shipped_policy_dir
 from .policy import Policy
-from .schema import schema_problems
-from .suggest import did_you_mean
+from .reading import ReadError, max_file_bytes, read_bytes, sha256
 from .text import parse_int
-from .yaml_reader import Document, ReadError, decode_utf8, max_file_bytes, parse_yaml, read_bytes
 
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
 VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
 _CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # (the threading module is not needed here)
 
 
 def load_policy(ref, policy_dir: str | None = None) -> Policy:
@@ -57,6 +56,8 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     family, version = m.group("family"), m.group("version")
     families = list_families(root)
     if family not in families:
+        from .suggest import did_you_mean
+
         raise PolicyError([Problem("R601", f"no policy family '{family}' in {_display_dir(root)}",
                                    hint=did_you_mean(family, families))])
     versions = families[family]
@@ -131,15 +132,25 @@ def load_file(path: str, display: str | None = None) -> Policy:
 
 def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     """The policy compiled from `data` (the bytes of the file at `path`, shown as `display`),
-    from the cache when the same bytes were compiled before. Raises PolicyError."""
-    digest = hashlib.sha256(data).hexdigest()
+    from memory or the on-disk cache when the same bytes were compiled before. Raises
+    PolicyError."""
+    digest = sha256(data).hexdigest()
     key = (digest, display)
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    policy = compile_bytes(data, display, digest, path)
+    policy = None
+    form = cache.load(digest, display)
+    if form is not None:
+        try:
+            policy = Policy.from_form(form, display, digest, path, data)
+        except Exception:  # an entry this engine cannot use (the checks make it unlikely): rebuilt
+            policy = None
+    if policy is None:
+        policy = compile_bytes(data, display, digest, path)
+        cache.store(digest, display, policy.form())
     with _lock:
         _cache[key] = policy
         while len(_cache) > _CACHE_SIZE:
@@ -147,20 +158,26 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     return policy
 
 
-def compile_bytes(data: bytes, display: str, digest: str, path: str = "") -> Policy:
-    """Parse, schema-check, check names and values, and compile. Raises PolicyError."""
+def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
+    """Parse, schema-check, check names and values, and compile. Raises PolicyError. `schema`:
+    False only for bytes that passed the schema before (a cache entry exists for them)."""
+    from .yaml_reader import decode_utf8, parse_yaml
+
     try:
         doc = parse_yaml(decode_utf8(data, display), display, digest)
     except ReadError as exc:
         raise PolicyError(exc.problems) from None
-    return compile_document(doc, path)
+    return compile_document(doc, path, schema)
 
 
-def compile_document(doc: Document, path: str = "") -> Policy:
+def compile_document(doc, path: str = "", schema: bool = True) -> Policy:
+    from .build import Builder
+    from .schema import schema_problems
+
     if not isinstance(doc.data, dict):
         kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
         raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
-    problems = schema_problems(doc)
+    problems = schema_problems(doc) if schema else []
     if problems:
         raise PolicyError(_sorted(problems))
     builder = Builder(doc)

@@ -4,71 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .conditions import Cond, TrueCond
+from .inputs import INT_MAX, INT_MIN, InputSpec, PhaseSpec, Upstream  # noqa: F401  (re-exported)
 from .templates import Template
-
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
-
-
-@dataclass
-class InputSpec:
-    """One config input. Phase inputs (the backend of a phase) are inputs of type enum over the
-    declared backends, nullable, default unset."""
-
-    name: str
-    type: str  # bool | enum | int
-    values: tuple  # enum: allowed values; int: representative values; bool: (False, True)
-    default: object
-    nullable: bool = False
-    minimum: int | None = None
-    maximum: int | None = None
-    description: str = ""
-    flags: tuple = ()  # command-line spellings, primary first
-    phase: str | None = None  # the phase this input holds the backend of
-    path: tuple = ()
-    deprecated: dict = field(default_factory=dict)  # deprecated flag -> log line when used
-    removed: dict = field(default_factory=dict)  # removed flag -> note naming its replacement
-
-    def domain(self) -> list:
-        """The values used when the whole domain is enumerated."""
-        return list(self.values) + ([None] if self.nullable else [])
-
-    def describe_domain(self) -> str:
-        if self.type == "bool":
-            text = "true or false"
-        elif self.type == "enum":
-            text = "one of " + ", ".join(self.values)
-        else:
-            bounds = ([f">= {self.minimum}"] if self.minimum is not None else []) + (
-                [f"<= {self.maximum}"] if self.maximum is not None else [])
-            text = "an integer" + (" " + " and ".join(bounds) if bounds else "")
-        return text + (" (or null for unset)" if self.nullable else "")
-
-    def accepts(self, value) -> bool:
-        if value is None:
-            return self.nullable
-        if self.type == "bool":
-            return value is True or value is False
-        if self.type == "enum":
-            return isinstance(value, str) and value in self.values
-        if type(value) is not int or not INT_MIN <= value <= INT_MAX:
-            return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
-        if self.minimum is not None and value < self.minimum:
-            return False
-        return self.maximum is None or value <= self.maximum
-
-    @property
-    def flag(self) -> str:
-        return self.flags[0] if self.flags else "--" + self.name.replace("_", "-")
-
-
-@dataclass
-class PhaseSpec:
-    name: str
-    input: str
-    flags: tuple = ()
-    description: str = ""
-    path: tuple = ()
-    backends: tuple = ()  # the backends this phase accepts
 
 
 @dataclass
@@ -132,42 +69,6 @@ class Rule:
         if self.stage == "resolve" and self.require is not None:
             return "require"
         return "rule"
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """What a policy version models (see the schema's `upstream`)."""
-
-    project: str
-    version: str | None = None
-    commit: str | None = None
-    pr: int | None = None
-    note: str = ""
-    leaves_out: tuple = ()  # ((where, why), ...)
-
-    def label(self) -> str:
-        """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
-        parts = [self.project]
-        if self.version:
-            parts.append(self.version)
-        if self.pr:
-            parts.append(f"PR #{self.pr}")
-        if self.commit:
-            parts.append(f"({self.commit[:12]})" if len(parts) > 1 else self.commit[:12])
-        return " ".join(parts)
-
-    def left_out(self, where: str | None) -> str | None:
-        """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
-        if not where:
-            return None
-        path, _, rest = where.partition(":")
-        func = rest.split(" ", 1)[1] if " " in rest else ""
-        for place, why in self.leaves_out:
-            p_path, _, p_func = place.partition(":")
-            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
-            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
-                return why
-        return None
 
 
 @dataclass

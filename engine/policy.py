@@ -1,25 +1,26 @@
 """A loaded, compiled policy: its declarations, the config checks, and evaluate()."""
 from __future__ import annotations
 
+import _thread
 import itertools
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
-from . import codegen, interpret
-from .build import Parts
 from .decision import Decision
 from .errors import ConfigError, Problem, clip, shown
-from .model import INT_MAX, INT_MIN
+from .inputs import INT_MAX, INT_MIN
+from .memo import memoised
 from .suggest import closest, did_you_mean, near_miss
 
 
 class Policy:
     """One version of one policy family, compiled once at load.
 
-    `evaluate(config)` runs the compiled function; `trace(config)` runs the interpreter and
-    returns the decision with the trace of every rule tried (explain, coverage).
+    `evaluate(config)` runs the compiled function (memoised: see memo.py); `trace(config)` runs
+    the interpreter and returns the decision with the trace of every rule tried (explain,
+    coverage).
     """
 
-    def __init__(self, parts: Parts, file: str, sha256: str, path: str = "", doc=None):
+    def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
         self.family = parts.family
         self.version = parts.version
         self.description = parts.description
@@ -36,6 +37,21 @@ class Policy:
         self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
+        self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
+        # inputs (other than phases) some rule rewrites; the others always keep the value given
+        self.written = tuple(n for n in self.inputs if self.inputs[n].phase is None
+                             and any(n in r.set for r in self.rule_list))
+        self._derive()
+        from . import codegen
+
+        self.source_code, consts = codegen.compile_policy(self)
+        self._consts = consts
+        self._code = compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec")
+        self._evaluate = self._compile(self._code, consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+
+    def _derive(self) -> None:
+        """The look-up tables evaluation uses, from the inputs and phases."""
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
@@ -62,24 +78,87 @@ class Policy:
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
         }
-        self._probe = None  # the instrumented evaluator, compiled on first use (lint)
-        self.source_code, consts = codegen.compile_policy(self)
-        self._evaluate = self._compile(self.source_code, consts, "_evaluate")
+        self._probes: dict = {}  # the whole-domain evaluators (probe()), compiled on first use
 
-    def _compile(self, source: str, consts: dict, name: str):
+    def _compile(self, code, consts: dict, name: str):
         namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
                          _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
-        exec(compile(source, f"<policy {self.family}@{self.version}>", "exec"), namespace)
+        if isinstance(code, str):
+            code = compile(code, f"<policy {self.family}@{self.version}>", "exec")
+        exec(code, namespace)
         return namespace[name]
 
-    def probe(self):
-        """The instrumented evaluator: probe(cfg, held, chosen) -> Decision, counting into the
-        lists `held` (per rule of rule_list: its condition held; for defaults: held when the
-        defaults stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
-        if self._probe is None:
-            source, consts = codegen.compile_policy(self, probe=True)
-            self._probe = self._compile(source, consts, "_probe")
-        return self._probe
+    # -- the compiled cache (cache.py) ------------------------------------------------------
+    def form(self) -> dict:
+        """What evaluation (and whole-domain evaluation without counters) needs, as plain
+        marshal-able data: the cache entry of this policy."""
+        return {"family": self.family, "version": self.version, "description": self.description,
+                "source": self.source, "backends": self.backends, "rules": self.rule_meta,
+                "upstream": None if self.upstream is None else self.upstream._fields(),
+                "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
+                "phases": [spec._fields() for spec in self.phases.values()],
+                "code": self._code, "consts": self._consts, "source_code": self.source_code,
+                "probe": self._probe_code(False)}
+
+    @classmethod
+    def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
+        """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
+        rest of the model (rules, tables, the parsed document) is built from `data`, the file's
+        bytes, on first use."""
+        from .inputs import InputSpec, PhaseSpec, Upstream
+
+        self = cls.__new__(cls)
+        for key in ("family", "version", "description", "source", "backends", "source_code", "written"):
+            setattr(self, key, form[key])
+        self.rule_meta = tuple(form["rules"])
+        self.upstream = None if form["upstream"] is None else Upstream(*form["upstream"])
+        self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
+        self.phases = {f[0]: PhaseSpec(*f) for f in form["phases"]}
+        self.file, self.path, self.sha256 = file, path or file, sha256
+        self._data = data
+        self._derive()
+        self._consts = form["consts"]
+        self._code = form["code"]
+        self._evaluate = self._compile(self._code, self._consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+        self._probes[False] = self._compile(*form["probe"], "_probe")
+        return self
+
+    def __getattr__(self, name: str):
+        # only for what an object lacks: a policy from the cache builds the full model from the
+        # file's bytes (they passed the schema when the entry was made), once, under a lock
+        if not name.startswith("__"):
+            with _FULL_MODEL:
+                data = self.__dict__.pop("_data", None)
+                if data is not None:
+                    from .loader import compile_bytes
+
+                    try:
+                        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+                    except BaseException:
+                        self._data = data
+                        raise
+                    for key, value in full.__dict__.items():
+                        self.__dict__.setdefault(key, value)
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"'Policy' object has no attribute {name!r}")
+
+    def probe(self, count: bool = True):
+        """The whole-domain evaluator: probe(configs, sink, held, chosen) calls
+        sink((values, sources, log, violations)) for each config of `configs` (tuples of valid
+        canonical values in input order; see codegen). With `count` it also counts into the lists
+        `held` (per rule of rule_list: its condition held; for defaults: held when the defaults
+        stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
+        if count not in self._probes:
+            self._probes[count] = self._compile(*self._probe_code(count), "_probe")
+        return self._probes[count]
+
+    def _probe_code(self, count: bool) -> tuple:
+        from . import codegen
+
+        source, consts = codegen.compile_policy(self, probe=True, count=count)
+        return compile(source, f"<probe {self.family}@{self.version}>", "exec"), consts
 
     # -- identity ----------------------------------------------------------------------------
     @property
@@ -104,16 +183,21 @@ class Policy:
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, config: Mapping) -> Decision:
         """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
-        for unknown keys or values."""
+        for unknown keys or values. (Replaced per instance by the memoised compiled evaluator.)"""
         return self._evaluate(config)
 
-    def trace(self, config: Mapping) -> tuple[Decision, interpret.Trace]:
-        """Evaluate with the interpreter, recording every stage, rule and check tried."""
+    def trace(self, config: Mapping):
+        """(decision, trace): evaluate with the interpreter, recording every stage, rule and
+        check tried."""
+        from . import interpret
+
         canonical, prelude = self.normalize_with_log(config)
         trace = interpret.Trace()
         return interpret.run(self, self.complete(canonical), config, trace, prelude), trace
 
     def interpret(self, config: Mapping) -> Decision:
+        from . import interpret
+
         canonical, prelude = self.normalize_with_log(config)
         return interpret.run(self, self.complete(canonical), config, None, prelude)
 
@@ -250,6 +334,7 @@ class Policy:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
+_FULL_MODEL = _thread.allocate_lock()
 
 
 def _exact(value):

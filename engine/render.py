@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from .decision import Decision
-from .interpret import Trace
 from .text import show
 
 
@@ -17,7 +16,7 @@ def decision_text(d: Decision) -> str:
         lines.append(f"ACCEPTED by {p.ref}")
     else:
         lines.append(f"REJECTED by {p.ref}: {d.error}")
-    rules = {r.name: r for r in p.rule_list}
+    rules = {name: (line, stage) for name, line, stage in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
     for ph, backend in d.backends.items():
         src = d.sources[ph]
@@ -26,7 +25,8 @@ def decision_text(d: Decision) -> str:
         elif src is None:
             why = "no rule chose one"
         else:
-            why = f"{rules[src].stage} rule {src} ({p.location(rules[src])})"
+            line, stage = rules[src]
+            why = f"{stage} rule {src} ({p.file}:{line})"
         lines.append(f"  {ph + ':':<{width}} {show(backend):<16} {why}")
     given = p.complete(p.normalize(d.input))
     for name, value in d.config.items():
@@ -41,7 +41,8 @@ def decision_text(d: Decision) -> str:
     return "\n".join(lines)
 
 
-def explanation_text(d: Decision, trace: Trace) -> str:
+def explanation_text(d: Decision, trace) -> str:
+    """`trace`: the interpret.Trace of the decision."""
     p = d.policy
     out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})"
            + (f", models {p.upstream.label()}" if p.upstream else ""),

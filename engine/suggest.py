@@ -1,8 +1,6 @@
 """Did-you-mean for unknown names."""
 from __future__ import annotations
 
-import difflib
-
 
 def _fold(text: str) -> str:
     return text.lower().replace("-", "_")
@@ -27,6 +25,8 @@ def close_matches(name: str, candidates) -> list[str]:
         return prefixed
     if len(key) > 3 * max(len(f) for f in folded):
         return []  # nothing can reach the cutoff; difflib would still index the whole name
+    import difflib  # only when there is a typo to explain: not on every start-up
+
     return [folded[h] for h in difflib.get_close_matches(key, list(folded), n=1, cutoff=0.6)]
 
 

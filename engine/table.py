@@ -60,19 +60,44 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     phases = list(policy.phases.items())
     groups: dict = {}
     order = []
+    # per row: the config with the phases as fixed (or unset), then each backend the phase
+    # accepts set alone for each phase, evaluated in bulk
+    names = policy.input_names
+    template = [fixed.get(n, policy.inputs[n].default) for n in names]
+    where = [names.index(n) for n in axes]
+    slots = [(names.index(spec.input), policy.inputs[spec.input].values) for _, spec in phases]
+
+    def configs():
+        for combo in itertools.product(*domains):
+            values = list(template)
+            for i, v in zip(where, combo):
+                values[i] = v
+            yield tuple(values)
+            for i, backends in slots:
+                for b in backends:
+                    values[i] = b
+                    yield tuple(values)
+                values[i] = template[i]
+
+    from . import domain
+
+    per_row = 1 + sum(len(backends) for _, backends in slots)
+    flat = itertools.chain.from_iterable(domain.results(policy, configs()))
+    offset = len(policy.written)  # compact results: (rewritten values + backends, log, first violation)
     for done, combo in enumerate(itertools.product(*domains), 1):
         if progress is not None and not done % (PROGRESS_EVERY // 16):
             progress(done, size)
-        base = dict(fixed, **dict(zip(axes, combo)))
-        d = policy.evaluate(base)
-        if d.ok:
-            defaults = tuple(d.backends[ph] for ph, _ in phases)
-            rejected = None
+        got = list(itertools.islice(flat, per_row))
+        values, _, first = got[0]
+        if first is None:
+            defaults, rejected = values[offset:], None
         else:
-            defaults, rejected = None, d.error
-        allowed = tuple(
-            tuple(b for b in policy.inputs[spec.input].values if policy.evaluate(dict(base, **{spec.input: b})).ok)
-            for ph, spec in phases)
+            defaults, rejected = None, first[2]
+        allowed, at = [], 1
+        for _, backends in slots:
+            allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
+            at += len(backends)
+        allowed = tuple(allowed)
         key = (defaults, rejected, allowed)
         if key not in groups:
             groups[key] = []

@@ -157,12 +157,13 @@ def _attend_block(q, idx, valid, gather, scale, chunk):
         rows = gather(flat).view(n, -1, d)
         if not every:  # masked slots read row 0; zero them so a NaN there cannot leak via 0 * NaN
             rows.masked_fill_(~ok.unsqueeze(-1), 0.0)
-        logits = torch.bmm(qf, rows.transpose(1, 2)) * scale             # [n, h, c]
-        logits.masked_fill_(~ok.unsqueeze(1), -math.inf)
+        logits = torch.bmm(qf, rows.transpose(1, 2)).mul_(scale)         # [n, h, c]
+        if not every:
+            logits.masked_fill_(~ok.unsqueeze(1), -math.inf)
         new_max = torch.maximum(run_max, logits.amax(dim=-1))
         # A row with nothing valid yet keeps max -inf; subtract 0 there to avoid -inf - -inf.
         base = torch.where(new_max == -math.inf, 0.0, new_max)
-        probs = torch.exp(logits - base.unsqueeze(-1))
+        probs = logits.sub_(base.unsqueeze(-1)).exp_()  # in place: one [n, h, c] buffer per chunk
         rescale = torch.exp(run_max - base)
         run_sum = run_sum * rescale + probs.sum(dim=-1)
         acc = acc * rescale.unsqueeze(-1) + torch.bmm(probs, rows[..., :D_V])

@@ -219,7 +219,7 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> d
         "provider": provider,
         "workload": {"requests": w.requests, "context": w.context, "heads": w.heads, "top_k": w.top_k,
                      "buffer_size": w.buffer_size, "steps": w.steps, "locality": w.locality, "seed": w.seed,
-                     "device": str(device)},
+                     "device": str(device), "threads": torch.get_num_threads()},
         "latency_ms": {k: _summary(getattr(times, k)) for k in ("translate", "kernel", "total")},
         "hot_buffer": {"hit_rate": round(stats.hit_rate, 4), "hits": stats.hits, "misses": stats.misses,
                        "rows_copied_per_step": round(stats.rows_copied / stats.steps, 1),
@@ -249,7 +249,7 @@ def report_text(r: dict) -> str:
         f"({r['decision']['kv_cache_dtype']} KV cache; {r['decision']['source']}), provider {r['provider']}",
         f"workload: {w['requests']} requests x {w['context']} tokens, {w['heads']} heads, top-k {w['top_k']}, "
         f"hot buffer {w['buffer_size']} slots, {w['steps']} steps, locality {w['locality']}, seed {w['seed']}, "
-        f"{w['device']}",
+        f"{w['device']}, {w['threads']} thread{'s' if w['threads'] != 1 else ''}",
         "latency per step (ms)    median      p90",
         *(f"  {k:<22}{lat[k]['median']:>8.2f} {lat[k]['p90']:>8.2f}" for k in ("translate", "kernel", "total")),
         f"hot buffer: hit rate {hbuf['hit_rate']:.1%}, {hbuf['rows_copied_per_step']:.0f} rows "

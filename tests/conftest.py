@@ -1,6 +1,10 @@
 import os
+import tempfile
 
 import pytest
+
+# the compiled-policy cache of a test run lives in a temporary folder, never in the user's own
+os.environ["HISPARSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="hisparse-test-cache-")
 
 
 def _cuda_and_flashmla() -> bool:

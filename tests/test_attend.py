@@ -109,3 +109,18 @@ def test_doctor_cli(capsys):
         assert report["backends"][backend]["provider"] == provider
     if not report["flash_mla"]["usable"]:  # e.g. here: no CUDA; the reason is always given
         assert report["flash_mla"]["reason"] and report["backends"]["flashmla_kv"]["provider"] == "reference"
+
+
+def test_threads_option_sets_and_reports_torch_threads(capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        code, out, _ = run_cli(capsys, "attend", "--requests", "1", "--context", "256", "--hisparse-top-k", "128",
+                               "--hisparse-device-buffer-size", "128", "--steps", "1", "--threads", "1", "--format", "json")
+        assert code == 0
+        assert json.loads(out)["workload"]["threads"] == 1 and torch.get_num_threads() == 1
+        code, _, err = run_cli(capsys, "attend", "--threads", "0")
+        assert code == 2 and "--threads 0" in err
+    finally:
+        torch.set_num_threads(before)

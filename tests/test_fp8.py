@@ -211,3 +211,28 @@ def test_float32_dequantize_equals_bf16_dequantize_bit_for_bit():
     got = dequantize_kv_fp8_f32(rows)
     assert got.dtype == torch.float32 and got.shape == (300, 576)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("rows", [1, 255, 256, 257, 1000])
+def test_table_lookup_dequantize_equals_torch_conversion_bit_for_bit(rows):
+    """The look-up table gives exactly what torch's float8 -> float32 conversion gives, for every
+    code byte (NaN codes included), every tile, any number of rows (one, a block, several
+    blocks and a remainder) and through a strided view of a cache."""
+    from kernels_bridge import fp8
+
+    g = torch.Generator().manual_seed(rows)
+    holder = torch.randint(0, 256, (rows, 700), dtype=torch.uint8, generator=g)
+    packed = holder[:, :656]                                      # rows with a gap between them
+    codes = packed[:, :512].clone()
+    codes.view(-1)[: min(256, codes.numel())] = torch.arange(min(256, codes.numel()), dtype=torch.uint8)
+    packed[:, :512] = codes
+    exponents = torch.randint(-20, 20, (rows, 4), generator=g).float()
+    packed[:, 512:528] = torch.pow(2.0, exponents).contiguous().view(torch.uint8).view(rows, 16)
+    packed[:, 528:] = torch.randn(rows, 64, generator=g).to(torch.bfloat16).view(torch.uint8).view(rows, 128)
+    scales = packed[:, 512:528].contiguous().view(torch.float32)
+    values = (codes.view(torch.float8_e4m3fn).float().view(rows, 4, 128) * scales.unsqueeze(-1)).view(rows, 512)
+    want32 = torch.cat([values, packed[:, 528:].contiguous().view(torch.bfloat16).float()], dim=1)
+    got32 = fp8.dequantize_kv_fp8_f32(packed)
+    assert torch.equal(got32.view(torch.int32), want32.view(torch.int32))
+    got16 = dequantize_kv_fp8(packed)
+    assert torch.equal(got16.view(torch.int16), want32.to(torch.bfloat16).view(torch.int16))

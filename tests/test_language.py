@@ -208,7 +208,7 @@ def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):
     assert [p.code for p in exc.value.problems] == ["E307"]
 
 
-@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3"])
+@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"])
 def test_instrumented_evaluator_counts_like_the_interpreter(ref):
     """The lint's compiled probe counts the same rule hits as the interpreter's traces."""
     from engine import interpret
@@ -218,14 +218,14 @@ def test_instrumented_evaluator_counts_like_the_interpreter(ref):
     held, chosen = [0] * n, [0] * n
     want_held, want_chosen = [0] * n, [0] * n
     index = {r.name: i for i, r in enumerate(policy.rule_list)}
-    probe = policy.probe()
-    for k, config in enumerate(policy.domain()):
-        if k % 11:  # a sample keeps v3 quick
-            continue
-        d = probe(config, held, chosen)
+    sample = [config for k, config in enumerate(policy.domain()) if not k % 11]  # a sample keeps v3 quick
+    got = []
+    policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
+    for config, (values, sources, log, viol) in zip(sample, got):
         trace = interpret.Trace()
         ref_d = interpret.run(policy, config, config, trace)
-        assert d.outcome() == ref_d.outcome()
+        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol)) == ref_d.outcome()
+        assert dict(zip(policy.phase_names, sources)) == ref_d.sources
         for step in trace.steps:
             if step.rule is not None and step.holds and step.rule.stage != "defaults":
                 want_held[index[step.rule.name]] += 1

@@ -46,13 +46,15 @@ def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     n = len(policy.rule_list)
     held, chosen, want_held, want_chosen = [0] * n, [0] * n, [0] * n, [0] * n
     index = {r.name: i for i, r in enumerate(policy.rule_list)}
-    probe = policy.probe()
-    for k, config in enumerate(policy.domain()):
-        if k % every:
-            continue
-        d = probe(config, held, chosen)
+    sample = [config for k, config in enumerate(policy.domain()) if not k % every]
+    got = []
+    policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
+    assert len(got) == len(sample)
+    for config, (values, sources, log, viol) in zip(sample, got):
         trace = interpret.Trace()
-        assert d.outcome() == interpret.run(policy, config, config, trace).outcome(), config
+        ref_d = interpret.run(policy, config, config, trace)
+        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol)) == ref_d.outcome(), config
+        assert dict(zip(policy.phase_names, sources)) == ref_d.sources, config
         for step in trace.steps:
             if step.rule is not None and step.holds and step.rule.stage != "defaults":
                 want_held[index[step.rule.name]] += 1

@@ -16,9 +16,18 @@ def _inside(config, when):
 @pytest.mark.parametrize("ref, where", [
     ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
     ("nsa-backends@1", []),
+    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+    ("syn-c", []),  # checks at defaults, a phase accepting fewer backends
+    ("syn-c", ["p_backend=x"]),
 ])
-def test_rows_partition_the_domain_and_match_evaluation(ref, where):
-    policy = engine.load_policy(ref)
+def test_rows_partition_the_domain_and_match_evaluation(ref, where, tmp_path):
+    if ref == "syn-c":
+        from helpers import load_text
+        from test_domain import SYN_C
+
+        policy = load_text(tmp_path, SYN_C)
+    else:
+        policy = engine.load_policy(ref)
     fixed = parse_where(policy, where)
     result = routing_rows(policy, fixed)
     axes = result["axes"]
@@ -34,7 +43,14 @@ def test_rows_partition_the_domain_and_match_evaluation(ref, where):
         else:
             assert row["rejected"] == d.error
         for phase, spec in policy.phases.items():
-            allowed = [b for b in policy.backends if policy.evaluate(dict(config, **{spec.input: b})).ok]
+            # every backend the policy declares: one the phase does not accept is a config error
+            allowed = []
+            for b in policy.backends:
+                try:
+                    if policy.evaluate(dict(config, **{spec.input: b})).ok:
+                        allowed.append(b)
+                except engine.ConfigError:
+                    assert b not in spec.backends
             assert row["allowed"][phase] == allowed
 
 

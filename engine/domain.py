@@ -1,0 +1,104 @@
+"""Whole-domain evaluation, for the analyses that look at every config (diff, table, lint).
+
+One by one, a config costs a dict, a key check, eight type checks and a Decision. Here configs
+are tuples of valid canonical values fed in bulk to the policy's probe (codegen: the same compiled
+rules in a loop, without look-ups or checks), results come back as plain tuples, and outcomes
+are interned so that later work is per distinct outcome, not per config. Configs are numbered in
+mixed radix over their axes (the last axis varies fastest, as itertools.product enumerates them),
+which is how the analyses address them and how compare.cover represents sets of them.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+from contextlib import contextmanager
+from operator import itemgetter
+
+CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
+
+
+def results(policy, configs, held: list | None = None, chosen: list | None = None):
+    """Lists of (values, sources, log, violations), one per config of `configs` (tuples of valid
+    canonical values in the policy's input order), in order, a chunk at a time. `held` /
+    `chosen`: counters per rule (see Policy.probe); without them, the probe that counts nothing."""
+    counting = held is not None or chosen is not None
+    probe = policy.probe(counting)
+    n = len(policy.rule_meta)
+    held = [0] * n if held is None else held
+    chosen = [0] * n if chosen is None else chosen
+    it = iter(configs)
+    while True:
+        chunk = list(itertools.islice(it, CHUNK))
+        if not chunk:
+            return
+        out: list = []
+        probe(chunk, out.append, held, chosen)
+        if len(out) != len(chunk):  # an evaluation path that left the loop instead of finishing
+            raise RuntimeError(f"the probe of {policy.ref} gave {len(out)} results for {len(chunk)} configs")
+        yield out
+
+
+def reorder(order: list[int]):
+    """A function from a tuple to the tuple of its items at `order` (always a tuple)."""
+    if not order:
+        return lambda t: ()
+    if len(order) == 1:
+        i = order[0]
+        return lambda t: (t[i],)
+    return itemgetter(*order)
+
+
+def strides(sizes: list[int]) -> list[int]:
+    out, step = [], 1
+    for size in reversed(sizes):
+        out.append(step)
+        step *= size
+    return out[::-1]
+
+
+def size(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def coords(index: int, sizes: list[int]) -> list[int]:
+    """The value indices of config number `index`."""
+    out = []
+    for s in reversed(sizes):
+        index, r = divmod(index, s)
+        out.append(r)
+    return out[::-1]
+
+
+def numbers(choices: list[list[int]], steps: list[int]):
+    """The config numbers of the product of `choices` (value indices per axis), in order."""
+    return map(sum, itertools.product(*([i * step for i in c] for c, step in zip(choices, steps))))
+
+
+def projection(sizes: list[int], kept: list[int]):
+    """For each config of the product of `sizes`, in order, its number in the product of only
+    the axes `kept` (sorted axis indices)."""
+    inner = size(sizes[kept[-1] + 1:]) if kept else size(sizes)
+    if kept == list(range(len(kept))):  # a leading block of axes: each number repeats
+        if inner == 1:
+            return iter(range(size(sizes)))
+        return itertools.chain.from_iterable(itertools.repeat(i, inner) for i in range(size(sizes[:len(kept)])))
+    steps = strides([sizes[i] for i in kept])
+    step_of = dict(zip(kept, steps))
+    return numbers([list(range(s)) for s in sizes], [step_of.get(i, 0) for i in range(len(sizes))])
+
+
+@contextmanager
+def no_gc():
+    """Bulk evaluation allocates millions of short-lived tuples while it keeps long-lived tables:
+    the cyclic collector would scan those tables again and again for nothing (nothing here makes
+    cycles)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

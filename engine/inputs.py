@@ -1,0 +1,142 @@
+"""A policy's inputs, phases and upstream: what evaluating a config needs of the policy, kept apart from
+the rule model (model.py) so that a policy loaded from the compiled cache needs neither it nor
+the dataclasses module (whose import alone costs more than the rest of a cached load)."""
+from __future__ import annotations
+
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
+
+
+class _Record:
+    """Fields by name, compared and shown like a dataclass."""
+
+    __slots__ = ()
+    FIELDS: tuple = ()
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def __eq__(self, other):
+        return self._fields() == other._fields() if type(other) is type(self) else NotImplemented
+
+    __hash__ = None  # mutable, like a (non-frozen) dataclass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS) + ")"
+
+
+class InputSpec(_Record):
+    """One config input. Phase inputs (the backend of a phase) are inputs of type enum over the
+    declared backends, nullable, default unset."""
+
+    FIELDS = ("name", "type", "values", "default", "nullable", "minimum", "maximum", "description", "flags",
+              "phase", "path", "deprecated", "removed")
+    __slots__ = FIELDS
+
+    def __init__(self, name: str, type: str, values: tuple, default, nullable: bool = False,
+                 minimum: int | None = None, maximum: int | None = None, description: str = "",
+                 flags: tuple = (), phase: str | None = None, path: tuple = (), deprecated: dict | None = None,
+                 removed: dict | None = None):
+        self.name = name
+        self.type = type  # bool | enum | int
+        self.values = values  # enum: allowed values; int: representative values; bool: (False, True)
+        self.default = default
+        self.nullable = nullable
+        self.minimum = minimum
+        self.maximum = maximum
+        self.description = description
+        self.flags = flags  # command-line spellings, primary first
+        self.phase = phase  # the phase this input holds the backend of
+        self.path = path
+        self.deprecated = {} if deprecated is None else deprecated  # deprecated flag -> log line when used
+        self.removed = {} if removed is None else removed  # removed flag -> note naming its replacement
+
+    def domain(self) -> list:
+        """The values used when the whole domain is enumerated."""
+        return list(self.values) + ([None] if self.nullable else [])
+
+    def describe_domain(self) -> str:
+        if self.type == "bool":
+            text = "true or false"
+        elif self.type == "enum":
+            text = "one of " + ", ".join(self.values)
+        else:
+            bounds = ([f">= {self.minimum}"] if self.minimum is not None else []) + (
+                [f"<= {self.maximum}"] if self.maximum is not None else [])
+            text = "an integer" + (" " + " and ".join(bounds) if bounds else "")
+        return text + (" (or null for unset)" if self.nullable else "")
+
+    def accepts(self, value) -> bool:
+        if value is None:
+            return self.nullable
+        if self.type == "bool":
+            return value is True or value is False
+        if self.type == "enum":
+            return isinstance(value, str) and value in self.values
+        if type(value) is not int or not INT_MIN <= value <= INT_MAX:
+            return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
+        if self.minimum is not None and value < self.minimum:
+            return False
+        return self.maximum is None or value <= self.maximum
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0] if self.flags else "--" + self.name.replace("_", "-")
+
+
+class PhaseSpec(_Record):
+    FIELDS = ("name", "input", "flags", "description", "path", "backends")
+    __slots__ = FIELDS
+
+    def __init__(self, name: str, input: str, flags: tuple = (), description: str = "", path: tuple = (),
+                 backends: tuple = ()):
+        self.name = name
+        self.input = input
+        self.flags = flags
+        self.description = description
+        self.path = path
+        self.backends = backends  # the backends this phase accepts
+
+
+class Upstream(_Record):
+    """What a policy version models (see the schema's `upstream`). Immutable and hashable, like
+    the frozen dataclass it stands for."""
+
+    FIELDS = ("project", "version", "commit", "pr", "note", "leaves_out")
+    __slots__ = FIELDS
+
+    def __init__(self, project: str, version: str | None = None, commit: str | None = None,
+                 pr: int | None = None, note: str = "", leaves_out: tuple = ()):
+        for name, value in zip(self.FIELDS, (project, version, commit, pr, note, leaves_out)):
+            object.__setattr__(self, name, value)  # leaves_out: ((where, why), ...)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Upstream is immutable: cannot set {name!r}")
+
+    __delattr__ = __setattr__
+
+    def __hash__(self):
+        return hash(self._fields())
+
+    def label(self) -> str:
+        """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
+        parts = [self.project]
+        if self.version:
+            parts.append(self.version)
+        if self.pr:
+            parts.append(f"PR #{self.pr}")
+        if self.commit:
+            parts.append(f"({self.commit[:12]})" if len(parts) > 1 else self.commit[:12])
+        return " ".join(parts)
+
+    def left_out(self, where: str | None) -> str | None:
+        """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
+        if not where:
+            return None
+        path, _, rest = where.partition(":")
+        func = rest.split(" ", 1)[1] if " " in rest else ""
+        for place, why in self.leaves_out:
+            p_path, _, p_func = place.partition(":")
+            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
+            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
+                return why
+        return None

@@ -1,0 +1,268 @@
+"""The compiled-policy cache: a policy served from it decides exactly what the compiled file
+decides, and an entry that is corrupt, foreign, stale, not ours or a link is never used (the
+policy is compiled from the file and the entry written again)."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import engine
+from engine import cache, loader
+from engine.reading import sha256
+from helpers import ROOT, minimal_text, write_policy
+
+SHIPPED = [f"{family}@{v}" for family, versions in engine.list_families().items() for v in versions]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    where = tmp_path / "cache"
+    monkeypatch.setenv("HISPARSE_CACHE_DIR", str(where))
+    monkeypatch.delenv("HISPARSE_NO_CACHE", raising=False)
+    loader.clear_cache()
+    yield where
+    loader.clear_cache()
+
+
+def _fresh_load(ref):
+    """A load as a new process does it: nothing in memory."""
+    loader.clear_cache()
+    return engine.load_policy(ref)
+
+
+def _from_cache(policy) -> bool:
+    return "_data" in policy.__dict__ or "stages" not in policy.__dict__
+
+
+def _entry(ref):
+    path, display = loader.resolve_ref(ref)
+    with open(path, "rb") as fh:
+        digest = sha256(fh.read()).hexdigest()
+    return cache.entry_path(digest, display)
+
+
+@pytest.mark.parametrize("ref", SHIPPED)
+def test_a_cached_policy_decides_what_the_file_decides(folder, ref):
+    compiled = _fresh_load(ref)
+    assert not _from_cache(compiled) and os.path.exists(_entry(ref))
+    cached = _fresh_load(ref)
+    assert _from_cache(cached) and cached is not compiled
+    assert cached.identity() == compiled.identity() and cached.file == compiled.file
+    for config in compiled.domain():
+        a, b = cached.evaluate(config), compiled.evaluate(config)
+        assert a.to_dict() == b.to_dict()
+    # the rest of the model is built on first use and is the same model
+    assert [r.name for r in cached.rule_list] == [r.name for r in compiled.rule_list]
+    config = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3"}
+    (d1, t1), (d2, t2) = cached.trace(config), compiled.trace(config)
+    assert d1.to_dict() == d2.to_dict() and len(t1.steps) == len(t2.steps)
+
+
+@pytest.mark.parametrize("ref", SHIPPED)
+def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
+    """What a policy declares (upstream, inputs with their removed and deprecated spellings,
+    phases with the backends each accepts) comes from the entry as the file gives it, and so does
+    every decision of the whole domain, from evaluate and from the bulk probe."""
+    from engine import domain
+
+    monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
+    fresh = _fresh_load(ref)
+    monkeypatch.delenv("HISPARSE_NO_CACHE")
+    _fresh_load(ref)  # writes the entry
+    cached = _fresh_load(ref)
+    assert _from_cache(cached) and not _from_cache(fresh)
+    for key in ("family", "version", "description", "source", "backends", "upstream", "inputs", "phases",
+                "written", "rule_meta", "key_map", "deprecated_keys", "removed_keys", "phase_key_aliases"):
+        assert getattr(cached, key) == getattr(fresh, key), key
+    assert "_data" in cached.__dict__  # all of that without building the rest of the model
+    assert (cached.upstream.label() if cached.upstream else None) == (fresh.upstream.label() if fresh.upstream else None)
+    assert [(ph, s.backends) for ph, s in cached.phases.items()] == [(ph, s.backends) for ph, s in fresh.phases.items()]
+    for key in fresh.removed_keys:  # a removed spelling is refused alike (the message names upstream)
+        with pytest.raises(engine.ConfigError) as want:
+            fresh.evaluate({key: None})
+        with pytest.raises(engine.ConfigError) as got:
+            cached.evaluate({key: None})
+        assert got.value.problems == want.value.problems
+    configs = list(fresh.domain())
+    for config in configs:
+        a, b = cached.evaluate(config), fresh.evaluate(config)
+        assert a.to_dict() == b.to_dict() and a.violations == b.violations, config
+    rows = [tuple(c.values()) for c in configs]
+    assert [r for chunk in domain.results(cached, rows) for r in chunk] == \
+        [r for chunk in domain.results(fresh, rows) for r in chunk]
+    # the rest of the model, built on first use, is the file's: rules with their placement
+    assert [(r.name, r.stage, r.at, r.line) for r in cached.rule_list] == \
+        [(r.name, r.stage, r.at, r.line) for r in fresh.rule_list]
+
+
+def test_a_new_process_skips_parsing_and_the_schema(folder):
+    _fresh_load("nsa-backends@3")  # writes the entry
+    probe = ("import sys, engine; d = engine.evaluate('nsa-backends@3', {'enable_hisparse': True}); "
+             "print(d.ok, sorted(m for m in ('yaml', 'jsonschema', 'engine.build', 'dataclasses') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "[]"]
+
+
+HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.build", "dataclasses")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache"],
+    ["--dsa-prefill-backend", "tilelang", "--kv-cache-dtype", "fp8_e4m3"],  # a check at defaults fails
+    # a launch command with a model path (a JSON option's text or a --config file is parsed by
+    # the file reader, which imports PyYAML)
+    ["--", "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3.2", "--enable-hisparse",
+     "--kv-cache-dtype", "fp8_e4m3"],
+])
+def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
+    """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no
+    PyYAML, jsonschema, torch, SGLang, rule model or dataclasses in the process."""
+    _fresh_load("nsa-backends")  # writes the entry
+    probe = ("import sys; from engine.cli import main\n"
+             f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+             f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ), timeout=120)
+    assert "IMPORTED" in out.stdout, out.stderr
+    code, imported = out.stdout.split("IMPORTED ", 1)[1].split(" ", 1)
+    assert imported.strip() == "[]", (code, out.stderr)
+    assert code in ("0", "1")  # decided (accepted or rejected), not a usage error
+
+
+def _damaged(data: bytes) -> list:
+    head = len(cache.MAGIC) + 32
+    flipped = bytearray(data)
+    flipped[head + len(data[head:]) // 2] ^= 0x40
+    return [b"", data[:10], data[: len(data) // 2], bytes(flipped), b"\x00" * len(data),
+            b"garbage" * 100, cache.MAGIC + b"\x00" * 32 + b"not marshal"]
+
+
+def test_corrupt_entries_are_ignored_and_rewritten(folder):
+    want = {c_key: d for c_key, d in ((tuple(c.items()), engine.load_policy("nsa-backends@2").evaluate(c).to_dict())
+                                       for c in engine.load_policy("nsa-backends@2").domain())}
+    path = _entry("nsa-backends@2")
+    with open(path, "rb") as fh:
+        good = fh.read()
+    for bad in _damaged(good):
+        with open(path, "wb") as fh:
+            fh.write(bad)
+        policy = _fresh_load("nsa-backends@2")
+        assert not _from_cache(policy)  # compiled from the file
+        for c_key, d in want.items():
+            assert policy.evaluate(dict(c_key)).to_dict() == d
+        with open(path, "rb") as fh:
+            assert fh.read() == good  # written again, whole
+        assert not [f for f in os.listdir(folder) if f.endswith(".tmp")]
+
+
+def test_an_entry_made_for_other_bytes_or_names_is_not_used(folder, tmp_path):
+    text = minimal_text()
+    a = write_policy(tmp_path, text, "a/policy.yaml")
+    b = write_policy(tmp_path, text.replace("description:", "description: changed,", 1), "b/policy.yaml")
+    pa, pb = _fresh_load(a), _fresh_load(b)
+    with open(a, "rb") as fh:
+        da = sha256(fh.read()).hexdigest()
+    with open(b, "rb") as fh:
+        db = sha256(fh.read()).hexdigest()
+    # b's entry copied to where a's belongs: it records b's bytes, so a is compiled again
+    with open(cache.entry_path(db, b), "rb") as fh:
+        foreign = fh.read()
+    with open(cache.entry_path(da, a), "wb") as fh:
+        fh.write(foreign)
+    again = _fresh_load(a)
+    assert not _from_cache(again) and again.description == pa.description != pb.description
+    # the same bytes under another name are checked under that name (v3.yaml must be version 3)
+    moved = write_policy(tmp_path, text, "other/v3.yaml")
+    with pytest.raises(engine.PolicyError) as err:
+        _fresh_load(moved)
+    assert "E312" in str(err.value)
+
+
+def test_an_edited_file_is_never_answered_from_its_old_entry(folder, tmp_path):
+    path = write_policy(tmp_path, minimal_text(), "p/policy.yaml")
+    before = _fresh_load(path)
+    write_policy(tmp_path, minimal_text().replace("description:", "description: edited,", 1), "p/policy.yaml")
+    after = _fresh_load(path)
+    assert after.sha256 != before.sha256 and "edited" in after.description
+
+
+def test_entries_of_another_engine_are_ignored(folder, monkeypatch):
+    _fresh_load("nsa-backends@1")
+    monkeypatch.setattr(cache, "_fingerprint", "0" * 64)  # as if the engine's sources had changed
+    assert not _from_cache(_fresh_load("nsa-backends@1"))
+    assert _from_cache(_fresh_load("nsa-backends@1"))  # its own entry, written just now
+
+
+def test_entries_others_could_write_and_links_are_ignored(folder, tmp_path):
+    _fresh_load("nsa-backends@1")
+    path = _entry("nsa-backends@1")
+    os.chmod(path, 0o666)
+    assert not _from_cache(_fresh_load("nsa-backends@1"))
+    os.chmod(path, 0o600)
+    assert _from_cache(_fresh_load("nsa-backends@1"))
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # root can give the file away
+        os.chown(path, 4321, -1)
+        assert not _from_cache(_fresh_load("nsa-backends@1"))
+    os.replace(path, str(tmp_path / "elsewhere.bin"))
+    os.symlink(str(tmp_path / "elsewhere.bin"), path)
+    assert not _from_cache(_fresh_load("nsa-backends@1"))
+
+
+def test_the_cache_can_be_turned_off_and_may_be_unwritable(folder, monkeypatch, tmp_path):
+    monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
+    assert cache.directory() is None
+    assert not _from_cache(_fresh_load("nsa-backends@2"))
+    assert not folder.exists()
+    monkeypatch.delenv("HISPARSE_NO_CACHE")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("HISPARSE_CACHE_DIR", str(blocker / "cache"))
+    assert not _from_cache(_fresh_load("nsa-backends@2"))  # nothing could be written: still loads
+    assert _fresh_load("nsa-backends@2").evaluate({}).ok
+
+
+def test_default_location_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("HISPARSE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("HISPARSE_NO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.directory() == str(tmp_path / "xdg" / "hisparse" / "compiled")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.directory() == str(tmp_path / "home" / ".cache" / "hisparse" / "compiled")
+
+
+def test_concurrent_writers_leave_one_whole_entry(folder):
+    policy = _fresh_load("nsa-backends@3")
+    path, display = loader.resolve_ref("nsa-backends@3")
+    form = policy.form()
+    threads = [threading.Thread(target=cache.store, args=(policy.sha256, display, form)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cache.load(policy.sha256, display) is not None
+    assert not [f for f in os.listdir(folder) if f.endswith(".tmp")]
+
+
+def test_threads_building_the_full_model_of_a_cached_policy_at_once(folder):
+    _fresh_load("nsa-backends@3")
+    cached = _fresh_load("nsa-backends@3")
+    assert _from_cache(cached)
+    seen, errors = [], []
+
+    def use():
+        try:
+            seen.append(len(cached.rule_list) + len(cached.stages))
+        except Exception as exc:  # an AttributeError here would mean a reader saw a half-built model
+            errors.append(exc)
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(seen)) == 1 and len(seen) == 8
