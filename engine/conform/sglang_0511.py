@@ -18,7 +18,6 @@ import inspect
 import textwrap
 
 from .prepipeline import Driver
-from .protocol import Case, Result
 
 VERSION = "0.5.11"
 MARK = "# Check hisparse"
@@ -49,18 +48,7 @@ LAZY = ("sglang.srt.configs.model_config",)
 _driver = Driver(VERSION, hisparse_block, LAZY)
 
 
-def import_sglang():
-    """Import SGLang 0.5.11 with the stand-ins (raises what the import raised)."""
-    return _driver.import_sglang()
-
-
-def load() -> None:
-    """Import SGLang 0.5.11, build its parser and the model folders (once per process)."""
-    _driver.load()
-
-
-setup = load  # the name the driver protocol first used
-
-
-def run_case(case: Case) -> Result:
-    return _driver.run_case(case)
+# the driver protocol (drivers.py): module functions bound to this release's driver
+import_sglang = _driver.import_sglang  # import SGLang 0.5.11 with the stand-ins (raises what the import raised)
+load = _driver.load  # import it, build its parser and the model folders (once per process)
+run_case = _driver.run_case
