@@ -250,3 +250,12 @@ def cube_json(cube: tuple, names: list, domains: list[list]) -> dict:
         else:
             out[name] = {"not_in": values}
     return out
+
+
+def pattern_lines(group: dict, max_patterns: int) -> list[str]:
+    """A reduced group in text: its shared terms, then at most `max_patterns` patterns."""
+    lines = [f"  where {group['where']}:"] if group["where"] else []
+    lines += [f"    {t}" for t in group["text"][:max_patterns]]
+    if len(group["text"]) > max_patterns:
+        lines.append(f"    ... {len(group['text']) - max_patterns} more patterns (--format json lists all)")
+    return lines

@@ -18,7 +18,7 @@ import itertools
 
 from . import domain
 from .compare import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
-                      mask_of, outcome_of_error)
+                      mask_of, outcome_of_error, pattern_lines)
 from .errors import ConfigError, Problem
 from .text import show as _show
 
@@ -325,11 +325,7 @@ def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> st
         lines.append(f"domain: {_domain_text(result['domain'])}")
     for g in result["groups"]:
         lines.append(f"{g['class']} {g['count']}: {g['change']}")
-        if g["where"]:
-            lines.append(f"  where {g['where']}:")
-        lines += [f"    {t}" for t in g["text"][:max_patterns]]
-        if len(g["text"]) > max_patterns:
-            lines.append(f"    ... {len(g['text']) - max_patterns} more patterns (--format json lists all)")
+        lines += pattern_lines(g, max_patterns)
         lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
     return "\n".join(lines)
 

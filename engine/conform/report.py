@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..compare import cube_json, cube_text, factor, minimize
+from ..compare import cube_json, cube_text, factor, minimize, pattern_lines
 from ..text import show
 
 FIELDS = ("acceptance", "message", "kv_cache_dtype", "backends", "log")
@@ -242,11 +242,7 @@ def report_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> 
     for g in result["groups"] + result["out_of_scope"]:
         label = g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}"
         lines.append(f"{g['count']:,}: {label}")
-        if g["where"]:
-            lines.append(f"  where {g['where']}:")
-        lines += [f"    {t}" for t in g["text"][:max_patterns]]
-        if len(g["text"]) > max_patterns:
-            lines.append(f"    ... {len(g['text']) - max_patterns} more patterns (--format json lists all)")
+        lines += pattern_lines(g, max_patterns)
         ex = g["example"]
         lines.append(f"    e.g. {' '.join(ex['argv']) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
                      f"SM{ex['capability'][0]}.{ex['capability'][1]}]")
