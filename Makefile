@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
-# SGLang for `engine.conform`: the release the conform driver runs, installed with --no-deps next to
+# SGLang for `engine.sglang.conform`: the release the conform driver runs, installed with --no-deps next to
 # the pinned light dependencies of its start-up code (the `conform` extra, installed --no-deps too);
 # skipped on Python 3.10, which it does not support (the conform tests skip there).
 SGLANG ?= sglang==0.5.23
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@if $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
 		echo "$(BIN)/python -m pip install -q --no-deps <the conform extra> $(SGLANG)"; \
 		$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG); \
-	else echo "engine.conform: $(SGLANG) needs Python 3.11 or newer; not installed"; fi
+	else echo "engine.sglang.conform: $(SGLANG) needs Python 3.11 or newer; not installed"; fi
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -16,7 +16,7 @@ import time
 
 
 def grid():
-    from engine.conform.protocol import Case
+    from engine.sglang.conform.protocol import Case
 
     archs = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration",
              "DeepseekV3ForCausalLM")
@@ -37,8 +37,8 @@ def grid():
 def profile(driver, runs: int = 200) -> None:
     """Stage CPU times of one config (timed directly: cProfile's own cost would swamp them),
     then the functions that take the most time under cProfile, as shares."""
-    from engine.conform.machine import faked_gpu
-    from engine.conform.protocol import Case
+    from engine.sglang.conform.machine import faked_gpu
+    from engine.sglang.conform.protocol import Case
 
     case = Case(argv=("--kv-cache-dtype", "bfloat16"), architecture="DeepseekV32ForCausalLM",
                 platform="cuda", capability=(10, 0))
@@ -80,7 +80,7 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    from engine.conform import runner, sglang_0523
+    from engine.sglang.conform import runner, sglang_0523
 
     start = time.perf_counter()
     sglang_0523.load()

@@ -19,11 +19,11 @@ CLI = [PY, "-m", "engine.cli"]
 def decision_cost(quick: bool) -> tuple[dict, dict]:
     """policy.evaluate (memoised: every config of the domain asked again and again, as a server
     asks) against bench/flat_v2.py, which produces the same outputs; also the compiled evaluator
-    without the memo and SGLang's transcription (tests/sglang_reference.py, which builds a
+    without the memo and SGLang's transcription (tests/oracles/sglang_reference.py, which builds a
     ServerArgs-like object), for context."""
     import engine
     from bench.flat_v2 import decide
-    from sglang_reference import route
+    from tests.oracles.sglang_reference import route
 
     policy = engine.load_policy("nsa-backends@2")
     configs = list(policy.domain())
@@ -69,7 +69,7 @@ def startup(quick: bool, cache_dir: str) -> tuple[dict, dict]:
         samples = [float(subprocess.run(_first_load_argv("nsa-backends@3"), capture_output=True, text=True,
                                         cwd=ROOT, env=e, check=True).stdout) for _ in range(5 if quick else 15)]
         loads[name] = sorted(samples)[len(samples) // 2] * 1e3
-    probe = ("import sys; from engine.cli import main; main(['evaluate', '--format', 'json']); "
+    probe = ("import sys; from engine.cli.commands import main; main(['evaluate', '--format', 'json']); "
              "print('TORCH', 'torch' in sys.modules)")
     out = subprocess.run([PY, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env).stdout
     torch_loaded = "TORCH True" in out

@@ -111,7 +111,7 @@ def performance_notes() -> str:
   flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
   key check, the eight input checks, building the Decision) takes {dc['compiled_us_per_decision']} us
   ({dc['compiled_ratio']}x), and the transcription of SGLang's code that builds a ServerArgs-like
-  object (`tests/sglang_reference.py`, the former baseline) {dc['sglang_us_per_decision']} us ({dc['sglang_ratio']}x
+  object (`tests/oracles/sglang_reference.py`, the former baseline) {dc['sglang_us_per_decision']} us ({dc['sglang_ratio']}x
   the flat if/else).""")
     lines.append(f"""- **Start-up**: a `hisparse evaluate` process costs {st['evaluate_cpu_ms']} ms of CPU against
   {st['baseline_cpu_ms']} ms for Python importing yaml and jsonschema ({st['python_cpu_ms']} ms of both is

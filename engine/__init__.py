@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .decision import Decision, Violation
-from .errors import CODES, ConfigError, HisparseError, PolicyError, Problem
-from .loader import list_families, load_policy
-from .policy import Policy
+from engine.policy.decision import Decision, Violation
+from engine.errors import CODES, ConfigError, HisparseError, PolicyError, Problem
+from engine.policy.loader import list_families, load_policy
+from engine.policy.policy import Policy
 
 __all__ = [
     "CODES", "ConfigError", "Decision", "HisparseError", "Policy", "PolicyError", "PolicyStore", "Problem",
@@ -33,7 +33,7 @@ def __getattr__(name: str):
     # PolicyStore (threads, logging) is imported on first use: a one-shot `hisparse evaluate`
     # never needs it, and start-up time counts there
     if name == "PolicyStore":
-        from .store import PolicyStore
+        from engine.serving.store import PolicyStore
 
         globals()[name] = PolicyStore
         return PolicyStore

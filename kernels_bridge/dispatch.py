@@ -13,9 +13,9 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from . import flashmla, reference
-from .errors import ProviderUnavailable, RoutingRejected, ValidationError, describe
-from .validate import D_V, check_d_v, check_decode, check_prefill
+from kernels_bridge import flashmla; from kernels_bridge import reference
+from kernels_bridge.errors import ProviderUnavailable, RoutingRejected, ValidationError, describe
+from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 
 __all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
            "select_provider"]
@@ -219,6 +219,6 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
 
 
 def _default_policy() -> str:
-    from engine.paths import default_policy_ref
+    from engine.policy.shipped import default_policy_ref
 
     return default_policy_ref()

@@ -10,8 +10,8 @@ from typing import Callable
 
 import torch
 
-from . import flashmla
-from .dispatch import BACKENDS, select_provider
+from kernels_bridge import flashmla
+from kernels_bridge.dispatch import BACKENDS, select_provider
 
 __all__ = ["doctor_report", "render_doctor"]
 

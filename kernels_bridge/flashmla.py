@@ -39,9 +39,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from .errors import ProviderUnavailable
-from .fp8 import D_QK
-from .validate import D_V, check_decode, check_prefill
+from kernels_bridge.errors import ProviderUnavailable
+from kernels_bridge.fp8 import D_QK
+from kernels_bridge.validate import D_V, check_decode, check_prefill
 
 __all__ = ["Flavour", "flashmla_status", "detect_flavour", "reset_probe", "unusable_reason",
            "sparse_prefill_flashmla", "sparse_decode_fp8_flashmla", "SUPPORTED_CAPABILITIES"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import ValidationError, describe
+from kernels_bridge.errors import ValidationError, describe
 
 __all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8", "dequantize_kv_fp8_f32"]
 

@@ -68,7 +68,7 @@ from typing import Iterable, Optional, Union
 
 import torch
 
-from .resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
 

@@ -20,8 +20,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from .fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8_f32
-from .validate import D_V, check_decode, check_prefill
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8_f32
+from kernels_bridge.validate import D_V, check_decode, check_prefill
 
 __all__ = ["sparse_prefill", "sparse_decode_fp8", "prefill_compute", "decode_compute",
            "DEFAULT_CHUNK", "WORKSPACE_BYTES"]

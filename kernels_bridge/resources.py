@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .errors import ValidationError
+from kernels_bridge.errors import ValidationError
 
 __all__ = ["resolve_device", "memory_budget", "parse_size", "format_bytes", "MEMORY_FRACTION"]
 

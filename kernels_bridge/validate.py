@@ -47,8 +47,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .errors import ValidationError, describe
-from .fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
+from kernels_bridge.errors import ValidationError, describe
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 
 __all__ = [
     "D_QK", "D_V", "HEAD_COUNTS", "PREFILL_TOPK_MULTIPLE", "DECODE_TOPK_MULTIPLE",

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .dispatch import BACKENDS, attend
-from .errors import ValidationError
-from .fp8 import BF16_ROW_BYTES, FP8_ROW_BYTES, quantize_kv_fp8
-from .hot_buffer import HotBuffer
-from .resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.dispatch import BACKENDS, attend
+from kernels_bridge.errors import ValidationError
+from kernels_bridge.fp8 import BF16_ROW_BYTES, FP8_ROW_BYTES, quantize_kv_fp8
+from kernels_bridge.hot_buffer import HotBuffer
+from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 
 PAGE = 64
 D_QK, D_V = 576, 512

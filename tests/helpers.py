@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import engine
-from engine.cli import main
+from engine.cli.commands import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")

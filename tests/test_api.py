@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import engine
-from engine.loader import clear_cache
-from helpers import ROOT, minimal_text, write_policy
+from engine.policy.loader import clear_cache
+from tests.helpers import ROOT, minimal_text, write_policy
 
 HISPARSE_FP8 = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True}
 
@@ -43,7 +43,7 @@ def test_a_file_in_the_working_directory_never_replaces_a_ref(tmp_path, monkeypa
     """A ref is a file only when spelled as a path; what happens to lie in the working directory
     never decides, for load_policy, the CLI, apply() and $HISPARSE_POLICY alike."""
     from engine.sglang import apply
-    from helpers import run_cli
+    from tests.helpers import run_cli
 
     (tmp_path / name).write_text(minimal_text())  # a valid policy, but not the one asked for
     monkeypatch.chdir(tmp_path)
@@ -69,7 +69,7 @@ def test_a_file_in_the_working_directory_never_replaces_a_ref(tmp_path, monkeypa
 
 
 def test_path_spellings(tmp_path, monkeypatch):
-    from engine.loader import looks_like_path
+    from engine.policy.loader import looks_like_path
 
     for ref in ("a/b", "./x", ".hidden", "~/p", "p.yaml", "p.yml", "p.json", os.path.join("d", "p")):
         assert looks_like_path(ref), ref
@@ -85,7 +85,7 @@ def test_path_spellings(tmp_path, monkeypatch):
     (["--policy-dir", ""], {}), ([], {"HISPARSE_POLICY_DIR": ""}),
 ])
 def test_empty_policy_settings_are_refused(capsys, monkeypatch, argv, env):
-    from helpers import run_cli
+    from tests.helpers import run_cli
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -196,10 +196,10 @@ def test_errors_pickle():
 
 
 def test_import_engine_never_loads_torch():
-    code = ("import sys, engine, engine.cli\n"
+    code = ("import sys, engine, engine.cli.commands\n"
             "engine.evaluate('nsa-backends', {})\n"
-            "engine.cli.main(['evaluate', '--format', 'json'])\n"
-            "engine.cli.main(['check'])\n"
+            "engine.cli.commands.main(['evaluate', '--format', 'json'])\n"
+            "engine.cli.commands.main(['check'])\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -9,7 +9,7 @@ import engine
 import kernels_bridge
 from kernels_bridge import RoutingRejected, ValidationError, attend, quantize_kv_fp8, run_backend
 from kernels_bridge import reference
-from helpers import run_cli
+from tests.helpers import run_cli
 
 HISPARSE = {"enable_hisparse": True, "disable_radix_cache": True}
 

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 import engine
-from helpers import ROOT, run_cli, run_process
+from tests.helpers import ROOT, run_cli, run_process
 
 V2 = "nsa-backends@2"
 GOOD = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True}
@@ -122,7 +122,7 @@ def test_oversized_config_file(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("limit", ["", "0", "-5", "1e6", "²", "lots"])
 def test_a_bad_size_limit_setting_falls_back_to_the_default(monkeypatch, limit):
-    from engine.yaml_reader import DEFAULT_MAX_BYTES, max_file_bytes
+    from engine.files.yaml_reader import DEFAULT_MAX_BYTES, max_file_bytes
 
     monkeypatch.setenv("HISPARSE_MAX_FILE_BYTES", limit)
     assert max_file_bytes() == DEFAULT_MAX_BYTES

@@ -9,9 +9,10 @@ import threading
 import pytest
 
 import engine
-from engine import cache, loader
-from engine.reading import sha256
-from helpers import ROOT, minimal_text, write_policy
+from engine.policy import cache
+from engine.policy import loader
+from engine.files.reading import sha256
+from tests.helpers import ROOT, minimal_text, write_policy
 
 SHIPPED = [f"{family}@{v}" for family, versions in engine.list_families().items() for v in versions]
 
@@ -65,7 +66,7 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
     """What a policy declares (upstream, inputs with their removed and deprecated spellings,
     phases with the backends each accepts) comes from the entry as the file gives it, and so does
     every decision of the whole domain, from evaluate and from the bulk probe."""
-    from engine import domain
+    from engine.analysis import domain
 
     monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
     fresh = _fresh_load(ref)
@@ -100,14 +101,14 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
 def test_a_new_process_skips_parsing_and_the_schema(folder):
     _fresh_load("nsa-backends@3")  # writes the entry
     probe = ("import sys, engine; d = engine.evaluate('nsa-backends@3', {'enable_hisparse': True}); "
-             "print(d.ok, sorted(m for m in ('yaml', 'jsonschema', 'engine.build', 'dataclasses') if m in sys.modules))")
+             "print(d.ok, sorted(m for m in ('yaml', 'jsonschema', 'engine.language.parts', 'dataclasses') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "[]"]
 
 
-HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.build", "dataclasses")
+HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.language.parts", "dataclasses")
 
 
 @pytest.mark.parametrize("argv", [
@@ -122,7 +123,7 @@ def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
     """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no
     PyYAML, jsonschema, torch, SGLang, rule model or dataclasses in the process."""
     _fresh_load("nsa-backends")  # writes the entry
-    probe = ("import sys; from engine.cli import main\n"
+    probe = ("import sys; from engine.cli.commands import main\n"
              f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
              f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,

@@ -7,7 +7,7 @@ import pytest
 
 import engine
 
-from helpers import FIXTURES, MINIMAL, minimal_text, run_cli, write_policy
+from tests.helpers import FIXTURES, MINIMAL, minimal_text, run_cli, write_policy
 
 BAD = os.path.join(FIXTURES, "policies")
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from helpers import run_cli, run_process
+from tests.helpers import run_cli, run_process
 
 FP8 = ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache"]
 
@@ -168,7 +168,7 @@ def test_console_help_process():
 
 
 def test_terminal_controls_are_escaped_in_text_and_json(capsys, tmp_path):
-    from helpers import minimal_text, write_policy
+    from tests.helpers import minimal_text, write_policy
 
     text = minimal_text().replace("(SM{sm_major})", "(SM{sm_major}) \\e[2J\\rACCEPTED \\u202e\\x9b")
     path = write_policy(tmp_path, text)
@@ -185,7 +185,7 @@ def test_terminal_controls_are_escaped_in_text_and_json(capsys, tmp_path):
 def test_progress_lines_suit_the_stream():
     import io
 
-    from engine.output import Progress
+    from engine.cli.output import Progress
 
     log = io.StringIO()
     p = Progress("step", 3, delay=0.0, every=0.0, stream=log)
@@ -212,8 +212,8 @@ def test_progress_lines_suit_the_stream():
 def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
     """No policy input may take a command's own option as its flag (`hisparse check` refuses it
     with E309), so that a policy can never collide with a command's parser."""
-    from engine import cli
-    from engine.build import RESERVED_FLAGS
+    from engine.cli import commands as cli
+    from engine.language.parts import RESERVED_FLAGS
 
     seen = {}
     real = cli._Parser.parse_args
@@ -227,7 +227,7 @@ def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
         with pytest.raises(SystemExit):
             cli.COMMANDS[command][0](["a", "b"] if command == "diff" else [])
     monkeypatch.setattr(cli._Parser, "parse_args", real)
-    from engine.loader import list_families
+    from engine.policy.loader import list_families
 
     refs = [f"nsa-backends@{v}" for v in list_families()["nsa-backends"]]
     policy_flags = {f for ref in refs for spec in __import__("engine").load_policy(ref).inputs.values()
@@ -253,7 +253,7 @@ def test_a_reader_that_leaves_is_not_a_read_error(tmp_path):
     import subprocess
     import sys
 
-    from helpers import ROOT
+    from tests.helpers import ROOT
 
     lines = tmp_path / "many.jsonl"
     lines.write_text('{"enable_hisparse": true}\n' * 20000)
@@ -279,8 +279,8 @@ def test_huge_integers_in_text_are_refused_by_name(capsys):
 
 def test_whole_domain_operations_report_progress():
     import engine
-    from engine.diff import PROGRESS_EVERY, diff
-    from engine.table import routing_rows
+    from engine.analysis.diff import PROGRESS_EVERY, diff
+    from engine.analysis.table import routing_rows
 
     seen = []
     a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")

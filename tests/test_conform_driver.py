@@ -1,4 +1,4 @@
-"""engine.conform: the SGLang 0.5.23 driver on hand-picked cases whose outcome is read from
+"""engine.sglang.conform: the SGLang 0.5.23 driver on hand-picked cases whose outcome is read from
 SGLang's source (the expected texts are SGLang's own), the runner (order, workers, progress,
 crashes, Ctrl-C) on stand-in drivers, and how the installed SGLang is found.
 
@@ -21,12 +21,12 @@ import types
 
 import pytest
 
-from engine.conform import drivers, runner
-from engine.conform.machine import platform_facts
-from engine.conform.models import config_fields
-from engine.conform.progress import Progress
-from engine.conform.protocol import Case, Result
-from helpers import ROOT
+from engine.sglang.conform import drivers, runner
+from engine.sglang.conform.machine import platform_facts
+from engine.sglang.conform.model_folders import config_fields
+from engine.sglang.conform.progress import Progress
+from engine.sglang.conform.protocol import Case, Result
+from tests.helpers import ROOT
 
 H = ("--enable-hisparse", "--disable-radix-cache")
 V32, GLM5, GLM5_NEXT, V3 = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
@@ -47,7 +47,7 @@ def driver():
     version, reason = drivers.installed_sglang()
     if version != "0.5.23":
         pytest.skip(f"needs SGLang 0.5.23: {reason}")
-    from engine.conform import sglang_0523
+    from engine.sglang.conform import sglang_0523
 
     sglang_0523.load()
     return sglang_0523
@@ -278,7 +278,7 @@ def test_forked_workers_give_the_in_process_results(driver):
 
 def test_installed_sglang_finds_the_driver(driver):
     version, reason = drivers.installed_sglang()
-    assert version == "0.5.23" and "engine.conform.sglang_0523" in reason
+    assert version == "0.5.23" and "engine.sglang.conform.sglang_0523" in reason
     assert drivers.resolve(None).VERSION == "0.5.23"
 
 
@@ -381,8 +381,8 @@ def test_ctrl_c_stops_the_workers(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time, types
         sys.path.insert(0, {ROOT!r})
-        from engine.conform import runner
-        from engine.conform.protocol import Case, Result
+        from engine.sglang.conform import runner
+        from engine.sglang.conform.protocol import Case, Result
         def slow(c):
             with open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "w"):
                 pass
@@ -472,4 +472,4 @@ def test_install_pins_agree():
         makefile = fh.read()
     assert re.search(r"^SGLANG \?= sglang==0\.5\.23$", makefile, re.M)
     assert "--no-deps $$($(CONFORM_DEPS)) $(SGLANG)" in makefile
-    assert drivers.DRIVERS["0.5.23"] == "engine.conform.sglang_0523"
+    assert drivers.DRIVERS["0.5.23"] == "engine.sglang.conform.sglang_0523"

@@ -19,10 +19,10 @@ import textwrap
 import pytest
 
 import engine
-from engine.conform import drivers
-from engine.conform.cases import case_of
-from engine.conform.prepipeline import installed_version
-from engine.conform.protocol import Case
+from engine.sglang.conform import drivers
+from engine.sglang.conform.cases import case_of
+from engine.sglang.conform.prepipeline import installed_version
+from engine.sglang.conform.protocol import Case
 from engine.sglang import config_from_launch
 
 MODEL_PATHS = {"DeepseekV32ForCausalLM": "deepseek-ai/DeepSeek-V3.2", "DeepseekV3ForCausalLM": "deepseek-ai/DeepSeek-V3",
@@ -77,7 +77,7 @@ def _stand_in(tmp_path, name, text):
 
 
 def test_hisparse_block_runs_only_that_statement_with_its_lines(tmp_path):
-    from engine.conform.sglang_0511 import hisparse_block
+    from engine.sglang.conform.sglang_0511 import hisparse_block
 
     module = _stand_in(tmp_path, "fake_server_args", _STAND_IN)
     check = hisparse_block(module)
@@ -93,7 +93,7 @@ def test_hisparse_block_runs_only_that_statement_with_its_lines(tmp_path):
 
 
 def test_hisparse_block_refuses_a_source_without_exactly_one_mark(tmp_path):
-    from engine.conform.sglang_0511 import hisparse_block
+    from engine.sglang.conform.sglang_0511 import hisparse_block
 
     module = _stand_in(tmp_path, "fake_server_args_2", _STAND_IN.replace("# Check hisparse", "# other"))
     with pytest.raises(RuntimeError, match="0 '# Check hisparse' statements"):
@@ -202,7 +202,7 @@ def _driver(version):
     if installed != version:
         pytest.skip(f"SGLang {version} is not installed here ({installed or 'none'}): tools/sglang-env.sh {version} DIR")
     module = drivers.driver_for(version)  # as `hisparse conform` finds it
-    assert module.__name__ == f"engine.conform.{RELEASES[version][0]}"
+    assert module.__name__ == f"engine.sglang.conform.{RELEASES[version][0]}"
     module.load()
     return module
 
@@ -251,7 +251,7 @@ def test_driver_refuses_an_unknown_architecture(version):
 
 
 def test_driver_refuses_an_unknown_platform():
-    from engine.conform import sglang_0512
+    from engine.sglang.conform import sglang_0512
 
     with pytest.raises(ValueError, match="platform 'npu': this driver runs cuda or hip"):
         sglang_0512.run_case(Case((), V32, "npu", (9, 0)))  # before any import of SGLang
@@ -270,7 +270,7 @@ def test_env_script_refuses_bad_usage(tmp_path, args, text):
 
 
 def test_driver_refuses_another_installed_release():
-    from engine.conform.prepipeline import Driver
+    from engine.sglang.conform.prepipeline import Driver
 
     installed = installed_version()
     with pytest.raises(RuntimeError, match=f"runs SGLang 0.0.1; the installed SGLang is {installed or 'absent'}"):

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import engine
-from engine.conform import cases, report, sample
-from engine.conform.protocol import Result
+from engine.sglang.conform import cases, report, sample
+from engine.sglang.conform.protocol import Result
 
 V4 = engine.load_policy("nsa-backends@4")
 
@@ -150,7 +150,7 @@ def test_conform_exits_2_naming_what_to_install_without_sglang():
     env = dict(os.environ, PYTHONNOUSERSITE="1")
     code = ("import sys; sys.modules['sglang'] = None; import importlib.metadata as m; "
             "m.version = lambda name: (_ for _ in ()).throw(m.PackageNotFoundError(name)); "
-            "from engine.cli import main; sys.exit(main(['conform', '--sample', '20']))")
+            "from engine.cli.commands import main; sys.exit(main(['conform', '--sample', '20']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert "SGLang is not installed" in proc.stderr and "make install" in proc.stderr

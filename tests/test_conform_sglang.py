@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.conform.drivers import installed_sglang
+from engine.sglang.conform.drivers import installed_sglang
 
 VERSION, REASON = installed_sglang()
 if VERSION is None and not os.environ.get("CI"):

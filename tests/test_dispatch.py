@@ -7,7 +7,7 @@ import torch
 from kernels_bridge import (BACKENDS, ProviderUnavailable, ValidationError, flashmla,
                             quantize_kv_fp8, run_backend, sparse_decode_fp8, sparse_prefill)
 from kernels_bridge.dispatch import PROVIDERS, AttentionResult, select_provider
-from tests import fake_flash_mla
+import tests.oracles.fake_flash_mla as fake_flash_mla
 
 BF16, I32 = torch.bfloat16, torch.int32
 

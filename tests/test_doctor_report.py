@@ -7,7 +7,7 @@ import torch
 
 from kernels_bridge import BACKENDS, doctor_report, flashmla
 from kernels_bridge.doctor import render_doctor
-from tests import fake_flash_mla
+import tests.oracles.fake_flash_mla as fake_flash_mla
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_report_never_raises(monkeypatch):
 
 
 BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; {numpy}"
-               "from engine.cli import main; sys.exit(main({argv!r}))")
+               "from engine.cli.commands import main; sys.exit(main({argv!r}))")
 
 
 @pytest.mark.parametrize("numpy_missing", [False, True])
@@ -83,7 +83,7 @@ def test_doctor_without_torch_reports_and_exits_1(numpy_missing):
     names everything needed: numpy too, whose absence makes torch warn at import."""
     import subprocess
 
-    from helpers import ROOT
+    from tests.helpers import ROOT
 
     code = BLOCK_TORCH.format(numpy="sys.modules['numpy'] = None; " if numpy_missing else "",
                               argv=["doctor"])

@@ -1,4 +1,4 @@
-"""Whole-domain analyses in bulk (engine/domain.py) equal config-by-config evaluation: the
+"""Whole-domain analyses in bulk (engine/analysis/domain.py) equal config-by-config evaluation: the
 bulk evaluator's outcomes, diff's counts, groups, patterns and examples, and the deep lint,
 over whole domains; on the shipped policies and on synthetic ones that exercise every path
 (values one side refuses, inputs one side lacks, inputs only one side rewrites, checks placed
@@ -8,10 +8,10 @@ import itertools
 import pytest
 
 import engine
-from engine.compare import classify, describe, outcome_of, outcome_of_error
-from engine.diff import diff, restrict, union_axes
-from engine.lint import lint
-from helpers import load_text
+from engine.analysis.outcomes import classify, describe, outcome_of, outcome_of_error
+from engine.analysis.diff import diff, restrict, union_axes
+from engine.analysis.lint import lint
+from tests.helpers import load_text
 
 SHIPPED = ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"]
 
@@ -185,7 +185,7 @@ def test_the_at_defaults_fixture_stops_before_the_default_log(synthetic):
 
 @pytest.mark.parametrize("ref", SHIPPED + ["syn-c"])
 def test_bulk_outcomes_equal_evaluate_on_the_whole_domain(ref, synthetic):
-    from engine import domain
+    from engine.analysis import domain
 
     policy = synthetic[2] if ref == "syn-c" else engine.load_policy(ref)
     configs = list(policy.domain())
@@ -287,7 +287,7 @@ def test_diff_v3_to_v4_equals_direct_evaluation():
 
 def _direct_lint_codes(policy):
     """L401-L403 from interpreter traces of every config (the definition)."""
-    from engine import interpret
+    from engine.language import interpreter as interpret
 
     held, chosen, contradiction = set(), set(), {}
     defaults = {r.name for r in policy.stages["defaults"].rules}
@@ -335,7 +335,7 @@ def test_lint_of_v4_equals_direct_evaluation():
     """L403 on v4's whole domain through evaluate (the interpreter's traces of all 479,232 configs
     would take minutes); L401/L402 from interpreter traces of a sample: what the sample sees held
     or chosen is never reported as dead or shadowed."""
-    from engine import interpret
+    from engine.language import interpreter as interpret
 
     policy = engine.load_policy("nsa-backends@4")
     problems, _ = lint(policy)
@@ -349,7 +349,7 @@ def test_lint_of_v4_equals_direct_evaluation():
                 contradiction.setdefault(src, config)
     assert {name for code, name in found if code == "L403"} == set(contradiction)
     for name, config in contradiction.items():
-        assert " ".join(f"{k}={engine.text.show(v)}" for k, v in config.items()) in found[("L403", name)]
+        assert " ".join(f"{k}={engine.values.show(v)}" for k, v in config.items()) in found[("L403", name)]
     for k, config in enumerate(policy.domain()):
         if k % 97:
             continue
@@ -367,7 +367,7 @@ def test_lint_of_v4_equals_direct_evaluation():
 def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
     import os
 
-    from helpers import FIXTURES
+    from tests.helpers import FIXTURES
 
     if source.startswith("nsa"):
         policy = engine.load_policy(source)
@@ -386,7 +386,7 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
     for p in problems:
         if p.code == "L403":  # the counterexample is the first in domain order
             config = examples[p.message.split("'")[1]]
-            assert " ".join(f"{k}={engine.text.show(v)}" for k, v in config.items()) in p.message
+            assert " ".join(f"{k}={engine.values.show(v)}" for k, v in config.items()) in p.message
     if source.startswith("L"):
         assert want  # each fixture triggers its finding
     if source == "syn-c":  # a whole-config check at defaults blames the default that filled p
@@ -394,7 +394,7 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
 
 
 def test_a_probe_that_loses_configs_is_an_error(monkeypatch):
-    from engine import domain
+    from engine.analysis import domain
 
     policy = engine.load_policy("nsa-backends@1")
     real = policy.probe(False)

@@ -11,7 +11,7 @@ import torch
 from bench.gpu_check import check
 from kernels_bridge import (ProviderUnavailable, ValidationError, flashmla, flashmla_status,
                             quantize_kv_fp8, run_backend, sparse_decode_fp8, sparse_prefill)
-from tests import fake_flash_mla
+import tests.oracles.fake_flash_mla as fake_flash_mla
 
 BF16, I32 = torch.bfloat16, torch.int32
 

@@ -8,7 +8,7 @@ import torch
 
 from kernels_bridge import FP8_ROW_BYTES, ValidationError, dequantize_kv_fp8, quantize_kv_fp8
 from kernels_bridge.fp8 import tile_scales
-from tests import bridge_oracle as oracle
+import tests.oracles.bridge_oracle as oracle
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
 

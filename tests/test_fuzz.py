@@ -27,10 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
-from engine import cli, loader
-from engine.lint import lint
-from engine.yaml_reader import ReadError, decode_utf8, parse_json, parse_yaml
-from helpers import ROOT
+from engine.cli import commands as cli
+from engine.policy import loader
+from engine.analysis.lint import lint
+from engine.files.yaml_reader import ReadError, decode_utf8, parse_json, parse_yaml
+from tests.helpers import ROOT
 from kernels_bridge import ValidationError, quantize_kv_fp8, reference, run_backend
 
 _ASKED = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES") or 0)

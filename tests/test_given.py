@@ -7,8 +7,8 @@ import shlex
 import pytest
 
 import engine
-from engine.given import combine, read_layer
-from helpers import run_cli, write_policy
+from engine.sglang.given import combine, read_layer
+from tests.helpers import run_cli, write_policy
 
 V3 = "nsa-backends@3"
 
@@ -139,7 +139,7 @@ def test_two_spellings_in_a_launch_command_and_on_the_command_line(capsys, a, va
 def test_an_input_with_two_flags_never_takes_the_last_one_silently(capsys, tmp_path):
     """An input declaring two flags (not one of the listed examples): given both with different
     values on hisparse's command line, or in a launch command, it is C501."""
-    from helpers import minimal_text
+    from tests.helpers import minimal_text
 
     text = minimal_text().replace("    default: 9\n", "    default: 9\n    flags: [--sm-major, --gpu-sm]\n", 1)
     path = write_policy(tmp_path, text, "mini/v1.yaml")

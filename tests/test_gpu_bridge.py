@@ -16,7 +16,7 @@ import torch
 from bench import gpu_check
 from bench.gpu_check import allclose_report
 from kernels_bridge import flashmla, quantize_kv_fp8, run_backend
-from tests import fake_flash_mla
+import tests.oracles.fake_flash_mla as fake_flash_mla
 
 ROOT = Path(__file__).resolve().parent.parent
 

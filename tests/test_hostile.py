@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 import engine
-from engine import loader
-from helpers import FIXTURES, ROOT, minimal_text
+from engine.policy import loader
+from tests.helpers import FIXTURES, ROOT, minimal_text
 
 HOSTILE = os.path.join(FIXTURES, "hostile")
 PAYLOAD = "hisparse-payload-ran"  # what the payload fixtures would create in the working folder
@@ -141,7 +141,7 @@ def _peak():
         fh.write(str(kb))
 
 atexit.register(_peak)
-from engine.cli import main
+from engine.cli.commands import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -264,7 +264,7 @@ def test_permission_denied_is_reported(tmp_path, monkeypatch, capsys):
     with pytest.raises(engine.PolicyError) as info:
         engine.load_policy(str(path))
     assert str(info.value) == f"{path}: E101: cannot read file: Permission denied"
-    from engine.cli import main
+    from engine.cli.commands import main
 
     assert main(["check", str(path)]) == 2
     assert capsys.readouterr().out.strip() == f"{path}: E101: cannot read file: Permission denied"
@@ -304,7 +304,7 @@ def test_billion_laughs_would_expand(tmp_path):
 
 
 def test_folder_named_like_a_policy_without_files(tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.commands import main
 
     folder = tmp_path / "empty-family"
     folder.mkdir()
@@ -314,7 +314,7 @@ def test_folder_named_like_a_policy_without_files(tmp_path, capsys):
 
 
 def test_special_files_among_a_folders_policies_do_not_block_check(tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.commands import main
 
     family = tmp_path / "mini"
     family.mkdir()
@@ -368,7 +368,7 @@ def test_a_valid_policy_with_a_megabyte_line_loads(tmp_path):
 def test_nesting_error_does_not_depend_on_the_libyaml_version(monkeypatch):
     """libyaml 0.2.6+ stops at 1000 flow levels while scanning ahead; the reader then reparses
     with the pure-Python parser, so the error is E108 at the 65th level either way."""
-    from engine import yaml_reader
+    from engine.files import yaml_reader
 
     text = "a: " + "[" * 5000 + "]" * 5000 + "\n"
     real_parse = yaml.parse

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import ROOT, minimal_text
+from tests.helpers import ROOT, minimal_text
 
 ADDRESS_SPACE = 3 << 30  # torch maps about 0.7 GB at import; nothing here needs more than 3 GB
 CASE_TIMEOUT = 60  # a hang is a failure, not a wait (the cases take well under a second each)

@@ -1,6 +1,6 @@
 """Tests of kernels_bridge.hot_buffer.HotBuffer: residency invariants, SGLang's LRU order, stats,
 errors without side effects, lifecycle, and a property test against the plain-Python LRU model
-(tests/lru_model.py), which must agree slot for slot and byte for byte."""
+(tests/oracles/lru_model.py), which must agree slot for slot and byte for byte."""
 from __future__ import annotations
 
 import random
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels_bridge.hot_buffer import HotBuffer, HotBufferError, HotBufferStats
-from lru_model import LRUModel
+from tests.oracles.lru_model import LRUModel
 
 KINDS = ["bf16", "fp8"]
 

@@ -3,7 +3,7 @@ evaluator and the interpreter must agree on every config of each policy's domain
 import pytest
 
 import engine
-from helpers import load_text
+from tests.helpers import load_text
 
 FEATURES = """
 policy: features
@@ -211,7 +211,7 @@ def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):
 @pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"])
 def test_instrumented_evaluator_counts_like_the_interpreter(ref):
     """The lint's compiled probe counts the same rule hits as the interpreter's traces."""
-    from engine import interpret
+    from engine.language import interpreter as interpret
 
     policy = engine.load_policy(ref)
     n = len(policy.rule_list)
@@ -246,7 +246,7 @@ def test_an_unconditional_default_ends_the_defaults(tmp_path):
         fast, slow = policy.evaluate(config), policy.interpret(config)
         assert fast.outcome() == slow.outcome() and fast.sources == slow.sources
     assert policy.evaluate({"size": 1}).sources == {"main": "first"}
-    from engine.lint import lint
+    from engine.analysis.lint import lint
 
     assert sorted(p.code for p in lint(policy)[0]) == ["L401", "L401"]
 

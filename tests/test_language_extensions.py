@@ -7,10 +7,11 @@ import json
 import pytest
 
 import engine
-from engine import interpret, policytest
-from engine.lint import lint
-from engine.model import Upstream
-from helpers import load_text, run_cli, write_policy
+from engine.language import interpreter as interpret
+from engine.analysis import policytest
+from engine.analysis.lint import lint
+from engine.language.rules import Upstream
+from tests.helpers import load_text, run_cli, write_policy
 
 
 def at(text: str, marker: str, token: str | None = None) -> tuple[int, int]:
@@ -307,8 +308,8 @@ def test_left_out_matches_a_path_suffix_and_an_optional_function(tmp_path, where
 
 
 def test_conform_counts_a_left_out_place_as_out_of_scope():
-    from engine.conform import cases, report
-    from engine.conform.protocol import Result
+    from engine.sglang.conform import cases, report
+    from engine.sglang.conform.protocol import Result
 
     v4 = engine.load_policy("nsa-backends@4")
     c = v4.complete({"dsa_model": False, "kv_cache_dtype": "mxfp8"})
@@ -640,7 +641,7 @@ def test_the_shipped_v4_phase_subset():
 
 
 def test_table_size_counts_the_backends_each_phase_accepts(subset, capsys, monkeypatch):
-    import engine.diff as d
+    import engine.analysis.diff as d
 
     monkeypatch.setattr(d, "MAX_CONFIGS", 11)  # 2 rows x (1 + 3 first + 2 second backends) = 12
     code, _, err = run_cli(capsys, "table", "--policy", subset.file)

@@ -7,7 +7,7 @@ from collections import OrderedDict
 import pytest
 
 import engine
-from engine import memo
+from engine.policy import memo
 
 
 @pytest.fixture

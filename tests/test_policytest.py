@@ -1,7 +1,7 @@
 """`hisparse test`: policy test cases with rule coverage."""
 import json
 
-from helpers import minimal_text, run_cli, write_policy
+from tests.helpers import minimal_text, run_cli, write_policy
 
 CASES = """
 cases:

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from engine.docs import stale_blocks
-from helpers import ROOT
+from tools.readme import stale_blocks
+from tests.helpers import ROOT
 
 PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$")  # stderr, timing-dependent
 
@@ -24,7 +24,7 @@ def read(name):
 
 def test_generated_blocks_are_current():
     stale = stale_blocks(read("README.md"))
-    assert not stale, f"README blocks out of date: {stale}; run `python -m engine.docs README.md`"
+    assert not stale, f"README blocks out of date: {stale}; run `python -m tools.readme README.md`"
 
 
 def test_quickstart_targets_exist():

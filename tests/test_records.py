@@ -6,9 +6,9 @@ import threading
 import pytest
 
 import engine
-from engine.diff import diff
-from engine.records import append_records, replay
-from helpers import run_cli
+from engine.analysis.diff import diff
+from engine.serving.records import append_records, replay
+from tests.helpers import run_cli
 
 WRITERS, PER_WRITER = 6, 150
 
@@ -116,7 +116,7 @@ def test_replay_reads_options_and_model_paths_as_the_other_version_does(tmp_path
     """--hisparse-config recorded under v2 (which does not read it) counts when replayed on v3."""
     path = str(tmp_path / "r.jsonl")
     v2, v3 = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
-    from engine.given import combine, read_layer
+    from engine.sglang.given import combine, read_layer
 
     given = {"model-path": "deepseek-ai/DeepSeek-V3.2", "enable-hisparse": True, "disable-radix-cache": True,
              "hisparse-config": '{"device_buffer_size": 512}'}
@@ -141,7 +141,7 @@ class _Full:
 
 
 def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
-    from engine import records
+    from engine.serving import records
 
     path = str(tmp_path / "r.jsonl")
     policy = engine.load_policy("nsa-backends@2")
@@ -179,7 +179,7 @@ RLIMIT_CHILD = """
 import resource, sys
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 import engine
-from engine.records import append_records
+from engine.serving.records import append_records
 path, limit = sys.argv[1], int(sys.argv[2])
 policy = engine.load_policy("nsa-backends@2")
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -197,7 +197,7 @@ def test_a_file_size_limit_mid_append_leaves_no_torn_line(tmp_path):
     import subprocess
     import sys
 
-    from helpers import ROOT
+    from tests.helpers import ROOT
 
     path = str(tmp_path / "r.jsonl")
     policy = engine.load_policy("nsa-backends@2")

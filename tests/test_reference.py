@@ -7,7 +7,7 @@ import torch
 
 from bench.gpu_check import allclose_report, check
 from kernels_bridge import quantize_kv_fp8, reference, sparse_decode_fp8, sparse_prefill
-from tests import bridge_oracle as oracle
+import tests.oracles.bridge_oracle as oracle
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 V32_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # DeepSeek-V3.2's softmax scale

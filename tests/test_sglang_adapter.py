@@ -7,7 +7,7 @@ import pytest
 
 import engine
 from engine.sglang import apply, config_from_launch, model_is_dsa
-from helpers import run_cli
+from tests.helpers import run_cli
 
 V2 = "nsa-backends@2"
 
@@ -128,7 +128,7 @@ def test_a_local_checkpoint_is_read_by_its_architecture(tmp_path, config, dsa, f
     DeepSeek-V3.2 holding a DeepSeek-V3 checkpoint is not DSA)."""
     import json
 
-    from engine.models import identify
+    from engine.sglang.models import identify
 
     folder = tmp_path / "DeepSeek-V3.2-copy"
     folder.mkdir()

@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from engine.conform.drivers import installed_sglang
-from engine.conform.protocol import Case
+from engine.sglang.conform.drivers import installed_sglang
+from engine.sglang.conform.protocol import Case
 
 VERSION, REASON = installed_sglang()
 if VERSION is None and not os.environ.get("CI"):
@@ -68,7 +68,7 @@ def hisparse(*args) -> dict:
 
 @pytest.fixture(scope="module")
 def driver():
-    from engine.conform.drivers import driver_for
+    from engine.sglang.conform.drivers import driver_for
 
     module = driver_for(VERSION)
     module.load()

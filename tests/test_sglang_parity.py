@@ -3,7 +3,7 @@ config of the reference's input domain, and the compiled evaluator agrees with t
 import pytest
 
 import engine
-from sglang_reference import domain, route
+from tests.oracles.sglang_reference import domain, route
 
 DOMAIN = list(domain())
 
@@ -50,10 +50,10 @@ def test_compiled_evaluator_equals_interpreter(version):
         assert [v.to_dict() for v in fast.violations] == [v.to_dict() for v in slow.violations], config
 
 
-# -- version 3: the latest upstream (tests/sglang_latest_reference.py) ---------------------------
+# -- version 3: the latest upstream (tests/oracles/sglang_latest_reference.py) ---------------------------
 import itertools  # noqa: E402
 
-import sglang_latest_reference as latest  # noqa: E402
+import tests.oracles.sglang_latest_reference as latest  # noqa: E402
 
 V3_KEYS = ("dsa_model", "enable_hisparse", "kv_cache_dtype", "platform", "sm_major", "disable_radix_cache",
            "dsa_prefill_backend", "dsa_decode_backend")

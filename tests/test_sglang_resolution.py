@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from engine.conform.drivers import installed_sglang
+from engine.sglang.conform.drivers import installed_sglang
 from engine.sglang import apply, resolution_step
-from helpers import ROOT
+from tests.helpers import ROOT
 
 
 
@@ -40,8 +40,8 @@ H = ["--enable-hisparse", "--disable-radix-cache"]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from engine.conform import sglang_0523
-    from engine.conform.models import ModelFolders
+    from engine.sglang.conform import sglang_0523
+    from engine.sglang.conform.model_folders import ModelFolders
 
     sglang_0523.import_sglang()
     return ModelFolders(str(tmp_path_factory.mktemp("models")))
@@ -52,7 +52,7 @@ def sglang(models):
     """prepare_server_args(argv, arch), on a faked H100 for the test (a test nests another
     faked_gpu for another GPU), with what SGLang changes in the process (os.environ, the root
     logger) put back afterwards."""
-    from engine.conform.machine import faked_gpu
+    from engine.sglang.conform.machine import faked_gpu
     from sglang.srt.server_args import prepare_server_args
 
     env, root = dict(os.environ), logging.getLogger()
@@ -108,7 +108,7 @@ def test_apply_before_resolution_declares_and_writes_no_field(sglang):
 
 
 def test_apply_resolves_auto_from_the_gpu(sglang):
-    from engine.conform.machine import faked_gpu
+    from engine.sglang.conform.machine import faked_gpu
 
     args = sglang([], arch="GlmMoeDsaForCausalLM")
     with faked_gpu("cuda", (12, 0)):
@@ -179,7 +179,7 @@ def policy_in_sglang(dsa_passes):
 
 
 def test_resolution_step_routes_inside_sglangs_pipeline(sglang, policy_in_sglang):
-    from engine.conform.machine import faked_gpu
+    from engine.sglang.conform.machine import faked_gpu
 
     args = sglang(["--kv-cache-dtype", "fp8_e4m3"], arch="GlmMoeDsaForCausalLM")
     with faked_gpu("cuda", (12, 0)), lines_of("sglang") as lines:
@@ -236,8 +236,8 @@ def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_pass
     SGLang's dtype and backends (a refusal declares less: the policy decides in one step)."""
     import itertools
 
-    from engine.conform import sglang_0523
-    from engine.conform.protocol import Case
+    from engine.sglang.conform import sglang_0523
+    from engine.sglang.conform.protocol import Case
 
     cases = []
     for arch, platform, cap, kv, hisparse, prefill in itertools.product(

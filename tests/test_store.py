@@ -12,8 +12,8 @@ import pytest
 
 import engine
 from engine import PolicyStore
-from engine import store as store_module
-from helpers import minimal_text
+from engine.serving import store as store_module
+from tests.helpers import minimal_text
 
 CONFIGS = [{}, {"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "bfloat16", "sm_major": 10},
            {"decode_backend": "flashmla_kv"}]
@@ -228,7 +228,7 @@ def test_a_new_file_seen_growing_in_place_is_refused(family):
 def test_duplicate_versions_are_refused(family, capsys):
     """v1.yaml and v001.yaml both say version 1: neither is served under a guessed label; the
     last good content of the version stays; `hisparse check` reports both."""
-    from helpers import run_cli
+    from tests.helpers import run_cli
 
     v1 = family(1, policy_text(1))
     store = PolicyStore(family.root, "mini", settle=0)

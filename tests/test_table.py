@@ -5,8 +5,8 @@ import json
 import pytest
 
 import engine
-from engine.table import parse_where, routing_rows
-from helpers import run_cli
+from engine.analysis.table import parse_where, routing_rows
+from tests.helpers import run_cli
 
 
 def _inside(config, when):
@@ -22,7 +22,7 @@ def _inside(config, when):
 ])
 def test_rows_partition_the_domain_and_match_evaluation(ref, where, tmp_path):
     if ref == "syn-c":
-        from helpers import load_text
+        from tests.helpers import load_text
         from test_domain import SYN_C
 
         policy = load_text(tmp_path, SYN_C)

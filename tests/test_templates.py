@@ -3,8 +3,8 @@ the same way, and that way is Python's f-string applied to the field's object (t
 a backend set the object its format names)."""
 import pytest
 
-from engine.templates import parse_template, render_field
-from helpers import load_text
+from engine.language.templates import parse_template, render_field
+from tests.helpers import load_text
 
 CONVERSIONS = ("", "!s", "!r")
 SET_FORMATS = ("", ":list", ":tuple", ":csv", ":or")

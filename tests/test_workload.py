@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from helpers import run_cli
+from tests.helpers import run_cli
 from kernels_bridge.workload import _next_picks
 
 SMALL = ["--requests", "2", "--context", "640", "--hisparse-top-k", "128", "--hisparse-device-buffer-size",

@@ -44,5 +44,5 @@ $PIP install -q --no-deps "sglang==$VERSION"
 $PIP install -q -c "$PIN" $DEPS >"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }
 grep -v -e "^sglang $VERSION requires" -e "dependency resolver" -e "^WARNING: Location" "$LOG" >&2 || true
 # the driver's own start: imports the release with its stand-ins and builds the parser
-"$DIR/bin/python" -W ignore -c "from engine.conform import $MODULE as d; d.setup()"
-echo "$DIR: SGLang $VERSION ready (python -c 'from engine.conform import $MODULE')"
+"$DIR/bin/python" -W ignore -c "from engine.sglang.conform import $MODULE as d; d.setup()"
+echo "$DIR: SGLang $VERSION ready (python -c 'from engine.sglang.conform import $MODULE')"

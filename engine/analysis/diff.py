@@ -1,0 +1,346 @@
+"""`hisparse diff A B`: the exact impact of changing policy A to policy B.
+
+Both policies are evaluated on every config of the union of their declared domains (every input
+of either policy, with the union of both declared value lists; integer inputs take their
+representative values). An input one policy does not declare is not given to it; a value outside
+a policy's domain is a config error for that policy, which counts as a rejection. Every config
+whose outcome differs is classified (compare.CLASSES), and alike changes are grouped and reduced to
+a few patterns over the inputs that matter.
+
+The work is organised around what each policy reads (domain.py): each policy is evaluated once
+per config of its own axes, in bulk, and its outcomes are interned; a config of the union is
+then a pair of outcome numbers, classified once per distinct pair, and each group of changed
+configs is a bit set that compare.cover reduces to patterns."""
+from __future__ import annotations
+
+import collections
+import itertools
+
+import engine.analysis.domain as domain
+from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
+                      mask_of, outcome_of_error, pattern_lines)
+from engine.errors import ConfigError, Problem
+from engine.values import show as _show
+
+
+class Axis:
+    """One input of the union domain: its name and what it is called in each policy."""
+
+    def __init__(self, name, a_name, b_name, values):
+        self.name, self.a_name, self.b_name, self.values = name, a_name, b_name, values
+
+
+def union_axes(a, b) -> list[Axis]:
+    axes: list[Axis] = []
+    matched_b = set()
+    for name, spec in a.inputs.items():
+        b_name = _same_input(b, name, spec)
+        values = list(spec.domain())
+        if b_name is not None:
+            matched_b.add(b_name)
+            values += [v for v in b.inputs[b_name].domain() if not any(_eq(v, x) for x in values)]
+        axes.append(Axis(name, name, b_name, values))
+    for name, spec in b.inputs.items():
+        if name not in matched_b:
+            axes.append(Axis(name, None, name, list(spec.domain())))
+    return axes
+
+
+def _same_input(b, name, spec):
+    """B's name for A's input `name`: the same name, or a spelling B accepts for it (a flag alias)."""
+    hit = b.canonical_key(name)
+    if hit is not None:
+        return hit
+    for flag in spec.flags:
+        hit = b.canonical_key(flag[2:])
+        if hit is not None:
+            return hit
+    return None
+
+
+def _eq(x, y) -> bool:
+    return x == y and type(x) is type(y)
+
+
+def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
+    """Apply NAME=VALUE restrictions (values typed as the declaring policy types them) to the
+    union axes; returns the fixed values by axis name."""
+    from engine.analysis.table import parse_where
+
+    fixed = {}
+    for item in where or []:
+        name = item.partition("=")[0].strip()
+        for policy, side in ((a, "a_name"), (b, "b_name")):
+            key = policy.canonical_key(name)
+            axis = next((ax for ax in axes if getattr(ax, side) == key), None) if key else None
+            if axis is not None:
+                value = parse_where(policy, [f"{key}={item.partition('=')[2]}"])[key]
+                axis.values = [value]
+                fixed[axis.name] = value
+                break
+        else:
+            from engine.suggest import did_you_mean
+
+            raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
+                                       hint=did_you_mean(name, [ax.name for ax in axes]))])
+    return fixed
+
+
+MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
+
+
+PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
+
+
+def check_size(size: int, what: str) -> None:
+    if size > MAX_CONFIGS:
+        raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
+                                   "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
+
+
+def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=None) -> dict:
+    """The JSON form of the diff (a contract): equivalent, total, counts, groups, examples.
+    `progress(done, total)`, when given, is called every PROGRESS_EVERY configs and at the end."""
+    axes = union_axes(a, b)
+    fixed = restrict(a, b, axes, where)
+    sizes = [len(ax.values) for ax in axes]
+    total = domain.size(sizes)
+    check_size(total, f"the union domain of {a.ref} and {b.ref}")
+    with domain.no_gc():
+        ids_a, outcomes_a, kept_a = _side(a, axes, "a_name", set(b.written))
+        ids_b, outcomes_b, kept_b = _side(b, axes, "b_name", set(a.written))
+        wide = len(outcomes_b)
+        group_of: dict = {}  # outcome pair -> its group's list of config numbers, or None (no change)
+        grouped: dict = {}  # (class, key) -> config numbers, in order
+        scaled = [x * wide for x in ids_a]
+        pairs = map(int.__add__, map(scaled.__getitem__, domain.projection(sizes, kept_a)),
+                    iter(ids_b) if len(kept_b) == len(axes) else map(ids_b.__getitem__, domain.projection(sizes, kept_b)))
+        if progress is not None:
+            pairs = _reporting(pairs, total, progress)
+        for k, pair in enumerate(pairs):
+            points = group_of.get(pair, _UNSEEN)
+            if points is _UNSEEN:
+                cls, key = classify(outcomes_a[pair // wide], outcomes_b[pair % wide])
+                points = group_of[pair] = None if cls is None else grouped.setdefault((cls, key), [])
+            if points is not None:
+                points.append(k)
+    if progress is not None:
+        progress(total, total)
+    counts = dict.fromkeys(CLASSES, 0)
+    for (cls, _), points in grouped.items():
+        counts[cls] += len(points)
+    names = [ax.name for ax in axes]
+    domains = [ax.values for ax in axes]
+    groups = []
+
+    def order(item):
+        (cls, key), points = item
+        # rule changes first, changes that come from a value one side does not accept last
+        domain_only = any(isinstance(k, str) and k[:1] == "C" and k[1:].isdigit() for k in key)
+        return (CLASSES.index(cls), domain_only, -len(points))
+
+    proj_a, proj_b = _projector(sizes, kept_a), _projector(sizes, kept_b)
+    masks = axis_masks(sizes)
+    for (cls, key), points in sorted(grouped.items(), key=order):
+        cubes = [tuple(frozenset(domains[i][v] for v in c) for i, c in enumerate(cube))
+                 for cube in cover(mask_of(points, total), sizes, masks=masks)]
+        k = points[0]
+        combo = tuple(d[i] for d, i in zip(domains, domain.coords(k, sizes)))
+        oa, ob = outcomes_a[ids_a[proj_a(k)]], outcomes_b[ids_b[proj_b(k)]]
+        common, rests = factor(cubes, domains)
+        groups.append({
+            "class": cls,
+            "change": describe(cls, key),
+            "count": len(points),
+            "patterns": [cube_json(c, names, domains) for c in cubes],
+            "where": cube_text(common, names, domains, empty="") if len(cubes) > 1 else "",
+            "text": [cube_text(c, names, domains) for c in (rests if len(cubes) > 1 else cubes)],
+            "example": _example(names, combo, oa, ob),
+        })
+    examples = [g["example"] for g in groups]
+    return {
+        "a": a.identity(), "b": b.identity(),
+        "where": fixed,
+        "domain": domain_changes(a, b, axes),
+        "equivalent": not any(counts.values()),
+        "total": total,
+        "counts": counts,
+        "groups": groups,
+        "examples": examples,
+    }
+
+
+_UNSEEN = object()
+
+
+def _reporting(items, total: int, progress):
+    """`items`, calling progress(done, total) after every PROGRESS_EVERY of them (a block at a
+    time, so the loop over them tests nothing per item)."""
+    done = 0
+    while True:
+        block = list(itertools.islice(items, PROGRESS_EVERY))
+        if not block:
+            return
+        yield from block
+        done += len(block)
+        if len(block) == PROGRESS_EVERY:
+            progress(done, total)
+
+
+def _side(policy, axes, side: str, other_written: set):
+    """One policy's outcomes over the configs of its own axes (union values, union order):
+    (outcome number per config, the outcomes, the axes). A config holding a value the policy
+    does not accept gets the config error of its first such value; the others are evaluated in
+    bulk. An outcome holds what can tell two policies' outcomes apart: the resolved values of
+    the inputs this policy rewrites and the given values of those only the other one rewrites
+    (this one keeps them), backends, log, first violation."""
+    kept = [i for i, ax in enumerate(axes) if getattr(ax, side) is not None]
+    names = [getattr(axes[i], side) for i in kept]
+    specs = [policy.inputs[n] for n in names]
+    values = [axes[i].values for i in kept]
+    valid = [[j for j, v in enumerate(vals) if spec.accepts(v)] for vals, spec in zip(values, specs)]
+    sizes = [len(v) for v in values]
+    steps = domain.strides(sizes)
+    kept_only = [n for n in policy.input_names if n in other_written and n not in policy.written]
+    order = domain.reorder([names.index(n) for n in policy.input_names])
+    configs = map(order, itertools.product(*[[vals[j] for j in ok] for vals, ok in zip(values, valid)]))
+    number: dict = collections.defaultdict(itertools.count().__next__)  # outcome -> its number
+    found: list = []  # outcome numbers of the valid configs, in order
+    if kept_only:  # rare: the other policy rewrites an input this one keeps
+        given = domain.reorder([policy.input_names.index(n) for n in kept_only])
+        configs, again = itertools.tee(configs)
+        for chunk in domain.results(policy, configs):
+            found.extend(number[r + (given(c),)] for r, c in zip(chunk, again))  # chunk first: zip stops there
+    else:
+        for chunk in domain.results(policy, configs):
+            found.extend(map(number.__getitem__, chunk))
+    outcomes = [_outcome(policy, key, kept_only) for key in number]
+    ids = [0] * domain.size(sizes)
+    # the valid configs lie in runs (the axes after the last one with a refused value are whole)
+    cut = max([i + 1 for i, ok in enumerate(valid) if len(ok) < sizes[i]], default=0)
+    run = domain.size(sizes[cut:])
+    for j, start in enumerate(domain.numbers(valid[:cut], steps[:cut])):
+        ids[start:start + run] = found[j * run:(j + 1) * run]
+    # the rest: the first value (in axis order) the policy does not accept decides the error
+    for axis, ok in enumerate(valid):
+        block = domain.size(sizes[axis + 1:])
+        for j in (j for j in range(sizes[axis]) if j not in ok):
+            problem = policy._value_problem(specs[axis], names[axis], values[axis][j], "")
+            outcomes.append(outcome_of_error(ConfigError([problem])))
+            error = [len(outcomes) - 1] * block
+            for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):
+                ids[start:start + block] = error
+    return ids, outcomes, kept
+
+
+def _outcome(policy, key, kept_only) -> Outcome:
+    values, log, first = key[:3]
+    n = len(policy.written)
+    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[3])) if kept_only else ())
+    status, message, check = ("ok", None, None) if first is None else \
+        ("rejected", first[2], policy.rule_meta[first[0]][0])
+    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check)
+
+
+def _projector(sizes: list[int], kept: list[int]):
+    """Config number of the union -> its number over the axes `kept`."""
+    steps = domain.strides([sizes[i] for i in kept])
+
+    def project(k: int) -> int:
+        c = domain.coords(k, sizes)
+        return sum(c[i] * s for i, s in zip(kept, steps))
+
+    return project
+
+
+def domain_changes(a, b, axes) -> dict:
+    """What each policy accepts that the other does not: inputs and values."""
+    out = {"inputs_added": [ax.name for ax in axes if ax.a_name is None],
+           "inputs_removed": [ax.name for ax in axes if ax.b_name is None], "values": {}}
+    for ax in axes:
+        if ax.a_name is None or ax.b_name is None:
+            continue
+        sa, sb = a.inputs[ax.a_name], b.inputs[ax.b_name]
+        added = [v for v in ax.values if sb.accepts(v) and not sa.accepts(v)]
+        removed = [v for v in ax.values if sa.accepts(v) and not sb.accepts(v)]
+        if added or removed:
+            out["values"][ax.name] = {"added": added, "removed": removed}
+    return out
+
+
+def _domain_text(d: dict) -> str:
+    parts = []
+    for name, ch in d["values"].items():
+        parts.append(f"{name} " + " ".join([f"+{v}" for v in ch["added"]] + [f"-{v}" for v in ch["removed"]]))
+    if d["inputs_added"]:
+        parts.append("new inputs " + ", ".join(d["inputs_added"]))
+    if d["inputs_removed"]:
+        parts.append("inputs removed " + ", ".join(d["inputs_removed"]))
+    return "; ".join(parts)
+
+
+def _example(names, combo, oa, ob) -> dict:
+    def side(o):
+        out = {"status": o.status}
+        if o.accepted:
+            out["backends"] = dict(o.backends)
+            out["log"] = list(o.log)
+        else:
+            out["check"], out["message"] = o.check, o.message
+        return out
+
+    return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}
+
+
+def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
+    a, b = result["a"], result["b"]
+    head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
+    if result.get("where"):
+        head += " where " + " ".join(f"{k}={_show(v)}" for k, v in result["where"].items())
+    changed = sum(result["counts"].values())
+    lines = []
+    if markdown:
+        lines.append(f"### `{head}`: {changed} of {result['total']} configs change")
+        lines.append("")
+        lines.append("| class | configs |")
+        lines.append("|---|---:|")
+        lines += [f"| {cls} | {n} |" for cls, n in result["counts"].items()]
+        if _domain_text(result["domain"]):
+            lines += ["", f"Domain: {_domain_text(result['domain'])}"]
+        for g in result["groups"]:
+            lines.append("")
+            where = f", where `{g['where']}`" if g["where"] else ""
+            lines.append(f"**{g['class']}** ({g['count']}): {g['change']}{where}")
+            lines.append("")
+            lines += [f"- `{t}`" for t in g["text"][:max_patterns]]
+            if len(g["text"]) > max_patterns:
+                lines.append(f"- ... {len(g['text']) - max_patterns} more patterns (`--format json` lists all)")
+            lines.append(f"- e.g. {_example_text(g['class'], g['example'])}")
+        return "\n".join(lines)
+    if result["equivalent"]:
+        return f"{head}: equivalent on all {result['total']} configs"
+    lines.append(f"{head}: {changed} of {result['total']} configs change "
+                 + "(" + ", ".join(f"{cls} {n}" for cls, n in result["counts"].items() if n) + ")")
+    if _domain_text(result["domain"]):
+        lines.append(f"domain: {_domain_text(result['domain'])}")
+    for g in result["groups"]:
+        lines.append(f"{g['class']} {g['count']}: {g['change']}")
+        lines += pattern_lines(g, max_patterns)
+        lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
+    return "\n".join(lines)
+
+
+def _example_text(cls: str, ex: dict) -> str:
+    if cls == "log_changed":
+        a, b = ex["a"]["log"], ex["b"]["log"]
+        i = next((k for k in range(max(len(a), len(b))) if (a[k:k + 1] != b[k:k + 1])), 0)
+        return f"log {a[i] if i < len(a) else '(none)'!r}  =>  {b[i] if i < len(b) else '(none)'!r}"
+
+    def side(s):
+        if s["status"] == "ok":
+            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
+        if s["status"] == "error":
+            return f"invalid config ({s['check']}: {s['message']})"
+        return f"rejected: {s['message']}"
+
+    return f"{side(ex['a'])}  =>  {side(ex['b'])}"

@@ -1,0 +1,212 @@
+"""Deep lint: what only the whole declared domain shows. Run by `hisparse check` after a policy
+loads cleanly; exact, by enumerating every config of the domain through the compiled rules in
+bulk (domain.py; the interpreter only to name the winners of a shadowed default).
+
+L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
+L402 dead-rule          a rule whose condition holds for no config
+L403 self-contradiction a default backend that the policy's own checks reject, at defaults or after
+                        (with a counterexample)
+L404 empty-allowed      an allowed-backend set that is empty
+L405 unused-input       a declared input no rule, table or template reads
+"""
+from __future__ import annotations
+
+import engine.language.interpreter as interpret
+from engine.language.conditions import Cond
+from engine.errors import Problem
+from engine.language.rules import Table
+from engine.values import show as _show
+
+MAX_DOMAIN = 2_000_000  # beyond this the whole-domain analyses are skipped (said on stderr)
+
+
+def lint(policy) -> tuple[list[Problem], list[str]]:
+    """(problems, notes). Notes say what was not analysed and why."""
+    problems = _empty_allowed(policy) + _unused_inputs(policy)
+    notes = []
+    size = policy.domain_size()
+    if size > MAX_DOMAIN:
+        notes.append(f"{policy.file}: the declared domain has {size} configs; whole-domain lint "
+                     f"(L401-L403) runs up to {MAX_DOMAIN}")
+        return problems, notes
+    problems += _domain_lint(policy)
+    return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
+
+
+def _at(policy, path, key=False) -> tuple[int, int]:
+    if policy.doc is None:
+        return (0, 0)
+    return policy.doc.pos(path, key=key)
+
+
+def _problem(policy, code, message, path, key=False) -> Problem:
+    line, col = _at(policy, path, key)
+    return Problem(code, message, policy.file, line, col)
+
+
+def _tables(policy):
+    seen = set()
+    for name, table in policy.tables.items():
+        seen.add(id(table))
+        yield table
+    for rule in policy.rule_list:
+        if rule.allowed is not None and id(rule.allowed) not in seen:
+            seen.add(id(rule.allowed))
+            yield rule.allowed
+
+
+def _empty_allowed(policy) -> list[Problem]:
+    out = []
+
+    def walk(table: Table):
+        for key, row in list(table.rows.items()) + [("otherwise", table.otherwise)]:
+            if isinstance(row, Table):
+                walk(row)
+            elif row is not None and not row:
+                path = table.path + (("otherwise",) if key == "otherwise" else ("rows", _row_text(key)))
+                out.append(_problem(policy, "L404", f"empty allowed set for {table.key} = {_row_text(key)}: "
+                                    "every backend is refused there", path))
+
+    for table in _tables(policy):
+        walk(table)
+    return out
+
+
+def _row_text(key) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+def _unused_inputs(policy) -> list[Problem]:
+    read: set = set()
+
+    def cond(c: Cond):
+        read.update(c.inputs())
+
+    for stage in policy.stages.values():
+        cond(stage.when)
+        for rule in stage.rules:
+            cond(rule.when)
+            if rule.require is not None:
+                cond(rule.require)
+            for tpl in (rule.log, rule.message):
+                if tpl is not None:
+                    read.update(f.name for f in tpl.fields)
+    for table in _tables(policy):
+        read |= table.keys_read()
+    out = []
+    for name, spec in policy.inputs.items():
+        if spec.phase is None and name not in read:
+            out.append(_problem(policy, "L405", f"input '{name}' is declared but no rule, table or template "
+                                "reads it", spec.path, key=True))
+    return out
+
+
+def _domain_lint(policy) -> list[Problem]:
+    import itertools
+
+    import engine.analysis.domain as domain
+
+    rules = policy.rule_list
+    held = [0] * len(rules)
+    chosen = [0] * len(rules)
+    contradiction: dict[str, tuple] = {}
+    defaults = {r.name for r in policy.stages["defaults"].rules}
+    phase_index = {ph: i for i, ph in enumerate(policy.phase_names)}
+    reads = _phases_read(policy)
+    names = policy.input_names
+    domains = [policy.inputs[n].domain() for n in names]
+    # A default fills only a phase the config leaves unset, so L403's counterexamples (the first,
+    # in domain order) lie where some phase is unset: that part is scanned first. The rest only
+    # adds to the counts, so it is scanned only if they still leave a rule unseen or a default
+    # held but never chosen. (Phase inputs are the last inputs: see build.Parts.)
+    k = len(policy.phases)
+    if k and names[-k:] == tuple(spec.input for spec in policy.phases.values()):
+        tails = list(itertools.product(*domains[-k:]))
+        first = [t for t in tails if None in t]
+        rest = [t for t in tails if None not in t]
+        parts = [(first, True), (rest, False)]
+    else:
+        parts = [(list(itertools.product(*domains[-k:])) if k else [()], True)]
+    lead = domains[:len(names) - k]
+
+    def complete() -> bool:
+        return all(held[i] and (rules[i].stage != "defaults" or chosen[i]) for i in range(len(rules)))
+
+    with domain.no_gc():
+        for tails, search in parts:
+            if not search and complete():
+                break
+            configs = (a + t for a in itertools.product(*lead) for t in tails)
+            if not search:
+                for _ in domain.results(policy, configs, held, chosen):
+                    pass
+                continue
+            configs, again = itertools.tee(configs)
+            for chunk in domain.results(policy, configs, held, chosen):
+                for (_, sources, _, viol), combo in zip(chunk, again):  # the chunk first: zip stops there
+                    for index, phase, message in viol:
+                        if phase is not None:
+                            src = sources[phase_index[phase]]
+                        elif index in reads:  # a whole-config check (at: defaults or not): blame the
+                            # default that filled every phase it reads, when one did
+                            filled = {sources[phase_index[ph]] for ph in reads[index]}
+                            src = filled.pop() if len(filled) == 1 else None
+                        else:
+                            continue
+                        if src in defaults and src not in contradiction:
+                            contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
+    out = []
+    shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
+    winners = _winners(policy, shadowed) if shadowed else {}
+    for i, rule in enumerate(rules):
+        if held[i] == 0:
+            what = {"resolve": "resolve rule", "defaults": "default rule", "checks": "check"}[rule.stage]
+            out.append(_problem(policy, "L402", f"{what} '{rule.name}' never applies: its condition holds for "
+                                "no config of the declared domain", rule.path))
+        elif rule in shadowed:
+            by = ", ".join(sorted(winners.get(rule.name, ())))
+            out.append(_problem(policy, "L401", f"default rule '{rule.name}' is never chosen: wherever it "
+                                f"applies, an earlier rule wins ({by})", rule.path))
+    for name, (config, check, message) in contradiction.items():
+        rule = policy.rule(name)
+        shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
+        out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{check}' "
+                            f"rejects, e.g. for {shown}: {message}", rule.path))
+    return out
+
+
+def _phases_read(policy) -> dict:
+    """Rule index -> the phases whose backend a check without for_each reads (in `when` or
+    `require`), for the checks that read any."""
+    by_input = {spec.input: ph for ph, spec in policy.phases.items()}
+    out = {}
+    for i, rule in enumerate(policy.rule_list):
+        if rule.stage != "checks" or rule.for_each_phase:
+            continue
+        names = rule.when.inputs() | (rule.require.inputs() if rule.require is not None else set())
+        phases = {by_input[n] for n in names if n in by_input}
+        if phases:
+            out[i] = phases
+    return out
+
+
+def _winners(policy, shadowed) -> dict:
+    """For each shadowed default, the rules chosen where it applies (a second, traced pass)."""
+    names = {r.name for r in shadowed}
+    out: dict = {n: set() for n in names}
+    for config in policy.domain():
+        trace = interpret.Trace()
+        interpret.run(policy, config, config, trace)
+        matched = {r.name for r in trace.default_matches} & names
+        if matched:
+            winner = next((s.rule.name for s in trace.steps if s.chosen), None)
+            for n in matched:
+                out[n].add(winner)
+    return out
+
+
+def _is_default(policy, name: str) -> bool:
+    return any(r.name == name for r in policy.stages["defaults"].rules)
+

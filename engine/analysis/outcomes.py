@@ -1,0 +1,261 @@
+"""Comparing decisions: outcomes, the change classes of `diff` and `replay`, and the minimisation
+that turns thousands of changed configs into a few patterns a person can read."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from engine.analysis.domain import coords, size, strides
+from engine.values import show as _show
+
+CLASSES = ("newly_accepted", "newly_rejected", "backend_changed", "message_changed", "log_changed")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a policy made of a config, in comparable form."""
+
+    status: str  # ok | rejected | error (the config was invalid for that policy)
+    values: tuple  # ((input, resolved value), ...) of the non-phase inputs
+    backends: tuple  # ((phase, backend), ...)
+    log: tuple
+    message: str | None  # first violation's message, or the config error
+    check: str | None  # first violation's rule name, or the config error's code
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "ok"
+
+
+def outcome_of(decision) -> Outcome:
+    p = decision.policy
+    values = tuple((name, value) for name, value in zip(p.input_names, decision._values)
+                   if p.inputs[name].phase is None)
+    backends = tuple(decision.backends.items())
+    raw = decision._raw
+    if raw:
+        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_meta[raw[0][0]][0])
+    return Outcome("ok", values, backends, tuple(decision.log), None, None)
+
+
+def outcome_of_error(exc) -> Outcome:
+    first = exc.problems[0]
+    return Outcome("error", (), (), (), first.message, first.code)
+
+
+def outcome_of_record(d: dict) -> Outcome:
+    """From a decision's JSON form (as recorded by --record)."""
+    backends = tuple((d.get("backends") or {}).items())
+    # phase keys stay among the values: classify compares only inputs both sides resolved
+    values = tuple((k, v) for k, v in d.items() if k not in _DECISION_KEYS)
+    viol = d.get("violations") or []
+    if d.get("ok"):
+        return Outcome("ok", values, backends, tuple(d.get("log") or ()), None, None)
+    first = viol[0] if viol else {"message": None, "check": None}
+    return Outcome("rejected", values, backends, tuple(d.get("log") or ()), first.get("message"), first.get("check"))
+
+
+_DECISION_KEYS = {"ok", "violations", "log", "sources", "policy", "backends", "line", "error"}
+
+
+def classify(a: Outcome, b: Outcome) -> tuple[str | None, tuple]:
+    """(change class or None when the outcomes agree, a key grouping alike changes)."""
+    if not a.accepted and b.accepted:
+        return "newly_accepted", (a.check,)
+    if a.accepted and not b.accepted:
+        return "newly_rejected", (b.check,)
+    if a.accepted:  # both accept
+        av, bv = dict(a.values), dict(b.values)
+        changed = tuple((k, av[k], bv[k]) for k in av if k in bv and av[k] != bv[k])
+        ab, bb = dict(a.backends), dict(b.backends)
+        changed += tuple((ph, ab.get(ph), bb.get(ph)) for ph in dict.fromkeys(list(ab) + list(bb))
+                         if ab.get(ph) != bb.get(ph))
+        if changed:
+            return "backend_changed", changed
+        if a.log != b.log:
+            return "log_changed", ()
+        return None, ()
+    if a.message != b.message:
+        return "message_changed", (a.check, b.check)
+    return None, ()
+
+
+def describe(cls: str, key: tuple) -> str:
+    if cls == "newly_accepted":
+        return f"now accepted (was rejected by {key[0]})"
+    if cls == "newly_rejected":
+        return f"now rejected by {key[0]}"
+    if cls == "backend_changed":
+        return "; ".join(f"{name} {_show(x)} -> {_show(y)}" for name, x, y in key)
+    if cls == "message_changed":
+        return f"rejected with another message ({key[0]} -> {key[1]})" if key[0] != key[1] else \
+            f"rejected by {key[0]} with another message"
+    return "accepted alike, different log lines"
+
+
+# -- minimisation ----------------------------------------------------------------------------
+def minimize(points: list[tuple], domains: list[list], disjoint: bool = False) -> list[tuple]:
+    """A short exact cover of `points` (value tuples) by cubes (tuples of frozensets, one per
+    input): every point lies in some cube and every config a cube describes is one of the points,
+    so a cube can be read as a rule ("these inputs have these values, the rest do not matter").
+    See cover() for how; this form takes and gives values instead of value indices."""
+    sizes = [len(d) for d in domains]
+    index = [{v: i for i, v in enumerate(d)} for d in domains]
+    steps = strides(sizes)
+    numbers = {sum(index[i][v] * steps[i] for i, v in enumerate(p)) for p in points}
+    cubes = cover(mask_of(numbers, size(sizes)), sizes, disjoint)
+    return [tuple(frozenset(domains[i][v] for v in c) for i, c in enumerate(cube)) for cube in cubes]
+
+
+def cover(points: int, sizes: list[int], disjoint: bool = False, masks: list | None = None) -> list[tuple]:
+    """A short exact cover of a set of configs by cubes. Configs are numbered in mixed radix over
+    axes of `sizes` (the last varies fastest); `points` has bit k set for each config k in the
+    set (mask_of). A cube is a tuple of frozensets of value indices, one per axis.
+
+    Each cube is grown greedily from the first config not yet covered, one value at a time, as
+    long as it stays inside the points; axes that make no difference end up holding every value.
+    Cubes may overlap, unless `disjoint` (then each config lies in exactly one cube), and a cube
+    whose configs the others cover is dropped. Sets of configs are Python integers used as bit
+    sets, so testing whether a slice of a cube lies inside the points is a few whole-word
+    operations, not a walk over its configs. `masks`: axis_masks(sizes), when many sets of the
+    same axes are covered."""
+    n, total = len(sizes), size(sizes)
+    full = (1 << total) - 1
+    value_masks = masks or axis_masks(sizes)
+    outside = full & ~points
+    # values no point holds can never join a cube: skip them (and axes left with none)
+    candidates = [[v for v in range(sizes[i]) if value_masks[i][v] & points] for i in range(n)]
+    covered, remaining = 0, points
+    cubes, masks = [], []
+    while remaining:
+        seed = (remaining & -remaining).bit_length() - 1
+        sets = [{c} for c in coords(seed, sizes)]
+        axis = [value_masks[i][next(iter(sets[i]))] for i in range(n)]
+        bad = outside | covered if disjoint else outside
+        grown = True
+        while grown:
+            grown = False
+            after = [full] * (n + 1)  # after[i]: the cube's configs as far as axes i.. constrain them
+            for i in range(n - 1, -1, -1):
+                after[i] = after[i + 1] & axis[i]
+            before = full
+            for i in range(n):
+                new = [v for v in candidates[i] if v not in sets[i]]
+                if new:
+                    # the configs a new value v of axis i would add are value_masks[i][v] & slice
+                    slice_bad = before & after[i + 1] & bad
+                    for v in new:
+                        if not value_masks[i][v] & slice_bad:
+                            sets[i].add(v)
+                            axis[i] |= value_masks[i][v]
+                            grown = True
+                before &= axis[i]
+        cube = before
+        covered |= cube
+        remaining &= ~cube
+        cubes.append(tuple(frozenset(s) for s in sets))
+        masks.append(cube)
+    if not disjoint:  # drop cubes whose configs the others cover
+        later = [0] * (len(masks) + 1)
+        for i in range(len(masks) - 1, -1, -1):
+            later[i] = later[i + 1] | masks[i]
+        kept, kept_mask = [], 0
+        for i, cube in enumerate(cubes):
+            if masks[i] & ~(kept_mask | later[i + 1]):
+                kept.append(cube)
+                kept_mask |= masks[i]
+        cubes = kept
+    return sorted(cubes, key=lambda c: tuple(tuple(sorted(s)) for s in c))
+
+
+def mask_of(numbers, total: int) -> int:
+    """The bit set of config numbers (each in range(total))."""
+    bits = bytearray((total + 7) // 8)
+    for k in numbers:
+        bits[k >> 3] |= 1 << (k & 7)
+    return int.from_bytes(bits, "little")
+
+
+def axis_masks(sizes: list[int]) -> list[list[int]]:
+    """Per axis and value index, the bit set of the configs holding that value."""
+    total, steps = size(sizes), strides(sizes)
+    return [[_axis_mask(steps[i], sizes[i], v, total) for v in range(sizes[i])] for i in range(len(sizes))]
+
+
+def _axis_mask(step: int, size: int, value: int, total: int) -> int:
+    """The configs whose value index on an axis (of `size` values, numbers advancing by `step`)
+    is `value`: a run of `step` ones every step * size bits, built by doubling."""
+    period = step * size
+    block, width, count = ((1 << step) - 1) << (value * step), period, total // period
+    out = shift = 0
+    while count:
+        if count & 1:
+            out |= block << shift
+            shift += width
+        block |= block << width
+        width *= 2
+        count >>= 1
+    return out
+
+
+def factor(cubes: list[tuple], domains: list[list]) -> tuple[tuple, list[tuple]]:
+    """(the terms every cube shares, each cube without them): a group's common conditions are
+    printed once."""
+    n = len(domains)
+    full = tuple(frozenset(d) for d in domains)
+    common = tuple(cubes[0][i] if all(c[i] == cubes[0][i] for c in cubes) else full[i] for i in range(n))
+    rests = [tuple(full[i] if common[i] != full[i] else c[i] for i in range(n)) for c in cubes]
+    return common, rests
+
+
+def cube_terms(cube: tuple, names: list, domains: list[list]) -> list[tuple[str, list | None, str]]:
+    """(input, values, operator) per input that matters in a cube: operator is "=" for one value,
+    "in" for a subset, "not in" when the complement is shorter; inputs holding their whole domain
+    are left out."""
+    terms = []
+    for name, values, domain in zip(names, cube, domains):
+        if len(values) == len(domain):
+            continue
+        ordered = [v for v in domain if v in values]
+        if len(ordered) == 1:
+            terms.append((name, ordered, "="))
+        else:
+            rest = [v for v in domain if v not in values]
+            if len(rest) < len(ordered):
+                terms.append((name, rest, "not in") if len(rest) > 1 else (name, rest, "!="))
+            else:
+                terms.append((name, ordered, "in"))
+    return terms
+
+
+def cube_text(cube: tuple, names: list, domains: list[list], empty: str = "(every config)") -> str:
+    parts = []
+    for name, values, op in cube_terms(cube, names, domains):
+        if op in ("=", "!="):
+            parts.append(f"{name}{op}{_show(values[0])}")
+        else:
+            parts.append(f"{name} {op} [{', '.join(_show(v) for v in values)}]")
+    return " ".join(parts) or empty
+
+
+def cube_json(cube: tuple, names: list, domains: list[list]) -> dict:
+    out = {}
+    for name, values, op in cube_terms(cube, names, domains):
+        if op == "=":
+            out[name] = values[0]
+        elif op == "in":
+            out[name] = {"in": values}
+        elif op == "!=":
+            out[name] = {"!=": values[0]}
+        else:
+            out[name] = {"not_in": values}
+    return out
+
+
+def pattern_lines(group: dict, max_patterns: int) -> list[str]:
+    """A reduced group in text: its shared terms, then at most `max_patterns` patterns."""
+    lines = [f"  where {group['where']}:"] if group["where"] else []
+    lines += [f"    {t}" for t in group["text"][:max_patterns]]
+    if len(group["text"]) > max_patterns:
+        lines.append(f"    ... {len(group['text']) - max_patterns} more patterns (--format json lists all)")
+    return lines

@@ -1,0 +1,217 @@
+"""`hisparse table`: the routing table a policy implies.
+
+For every combination of the policy's non-phase inputs (platform, arch, dtype, HiSparse, ...):
+the backend each phase gets when the user leaves it unset, and the backends a user may set for
+each phase (set alone, the other phases left to the defaults) that the policy accepts. Rows with
+the same outcome are merged over the inputs that make no difference to it."""
+from __future__ import annotations
+
+import itertools
+
+from engine.analysis.outcomes import cube_terms, minimize
+from engine.errors import ConfigError, Problem
+from engine.values import parse_int
+
+
+def parse_where(policy, items: list[str]) -> dict:
+    """NAME=VALUE strings (values typed by the input) -> fixed inputs."""
+    fixed = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        key = policy.canonical_key(name.strip())
+        if not sep or key is None:
+            from engine.suggest import did_you_mean
+
+            raise ConfigError([Problem("C501", f"--where {item!r}: expected NAME=VALUE with a declared input",
+                                       hint=did_you_mean(name.strip(), policy.input_names))])
+        spec = policy.inputs[key]
+        text = text.strip()
+        if spec.nullable and text in ("", "null", "unset"):
+            value = None
+        elif spec.type == "bool":
+            value = {"true": True, "false": False}.get(text.lower(), text)
+        elif spec.type == "int":
+            value = parse_int(text)
+            if value is None:
+                from engine.errors import shown
+
+                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
+                                                   "64-bit integer")])
+        else:
+            value = text
+        fixed.update(policy.normalize({key: value}))
+    return fixed
+
+
+def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
+    """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}; `progress(done,
+    total)` as for diff()."""
+    from engine.analysis.diff import PROGRESS_EVERY, check_size
+
+    fixed = fixed or {}
+    axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
+    domains = [policy.inputs[n].domain() for n in axes]
+    size = 1
+    for d in domains:
+        size *= len(d)
+    # each row is evaluated once with the phases unset and once per backend each phase accepts
+    tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
+    check_size(size * (1 + tries), f"the routing table of {policy.ref}")
+    phases = list(policy.phases.items())
+    groups: dict = {}
+    order = []
+    # per row: the config with the phases as fixed (or unset), then each backend the phase
+    # accepts set alone for each phase, evaluated in bulk
+    names = policy.input_names
+    template = [fixed.get(n, policy.inputs[n].default) for n in names]
+    where = [names.index(n) for n in axes]
+    slots = [(names.index(spec.input), policy.inputs[spec.input].values) for _, spec in phases]
+
+    def configs():
+        for combo in itertools.product(*domains):
+            values = list(template)
+            for i, v in zip(where, combo):
+                values[i] = v
+            yield tuple(values)
+            for i, backends in slots:
+                for b in backends:
+                    values[i] = b
+                    yield tuple(values)
+                values[i] = template[i]
+
+    import engine.analysis.domain as domain
+
+    per_row = 1 + sum(len(backends) for _, backends in slots)
+    flat = itertools.chain.from_iterable(domain.results(policy, configs()))
+    offset = len(policy.written)  # compact results: (rewritten values + backends, log, first violation)
+    for done, combo in enumerate(itertools.product(*domains), 1):
+        if progress is not None and not done % (PROGRESS_EVERY // 16):
+            progress(done, size)
+        got = list(itertools.islice(flat, per_row))
+        values, _, first = got[0]
+        if first is None:
+            defaults, rejected = values[offset:], None
+        else:
+            defaults, rejected = None, first[2]
+        allowed, at = [], 1
+        for _, backends in slots:
+            allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
+            at += len(backends)
+        allowed = tuple(allowed)
+        key = (defaults, rejected, allowed)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(combo)
+    if progress is not None:
+        progress(size, size)
+    rows = []
+    for key in order:
+        defaults, rejected, allowed = key
+        for cube in minimize(groups[key], domains, disjoint=True):
+            when = {name: values for name, values, op in _terms(cube, axes, domains)}
+            rows.append({
+                "when": when,
+                "defaults": dict(zip((ph for ph, _ in phases), defaults)) if defaults else None,
+                "rejected": rejected,
+                "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
+            })
+    return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
+            "rows": rows}
+
+
+def _upstream_json(policy) -> dict | None:
+    up = policy.upstream
+    if up is None:
+        return None
+    out = {k: v for k, v in (("project", up.project), ("version", up.version), ("commit", up.commit),
+                              ("pr", up.pr)) if v is not None}
+    out["note"] = up.note
+    if up.leaves_out:
+        out["leaves_out"] = [{"where": w, "why": y} for w, y in up.leaves_out]
+    return out
+
+
+def _terms(cube, axes, domains):
+    out = []
+    for name, values, op in cube_terms(cube, axes, domains):
+        if op in ("not in", "!="):
+            domain = domains[axes.index(name)]
+            values = [v for v in domain if v not in values]
+        out.append((name, values, op))
+    return out
+
+
+def _show(v) -> str:
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def _cell(values: list | None) -> str:
+    if not values:
+        return "any"
+    return ", ".join(_show(v) for v in values)
+
+
+def _allowed_cell(allowed: list, all_backends: list) -> str:
+    if not allowed:
+        return "none"
+    if len(allowed) == len(all_backends):
+        return "any"
+    if len(allowed) > len(all_backends) / 2:  # the shorter way to say it
+        return "any but " + ", ".join(b for b in all_backends if b not in allowed)
+    return ", ".join(allowed)
+
+
+def table_text(policy, result: dict, markdown: bool = False) -> str:
+    axes = [a for a in result["axes"] if any(a in r["when"] for r in result["rows"])]
+    phases = list(policy.phases)
+    any_rejected = any(r["rejected"] is not None for r in result["rows"])
+    head = axes + [f"{ph} default" for ph in phases] + [f"{ph} allowed" for ph in phases]
+    head += ["rejected with"] if any_rejected else []
+    body = []
+    for r in result["rows"]:
+        cells = [_cell(r["when"].get(a)) for a in axes]
+        if r["rejected"] is not None:
+            cells += ["-"] * len(phases)
+        else:
+            cells += [_show(r["defaults"][ph]) for ph in phases]
+        cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
+                  for ph in phases]
+        if any_rejected:
+            cells.append(r["rejected"] or "")
+        body.append(cells)
+    fixed = ", ".join(f"{k}={_show(v)}" for k, v in result["fixed"].items())
+    title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
+    if policy.upstream is not None:
+        title += f", which models {policy.upstream.label()}"
+    if markdown:
+        lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
+        return "\n".join(lines)
+    widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    return "\n".join(lines)
+
+
+README_TABLES = (
+    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
+    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+)
+
+
+def readme_table() -> str:
+    """The README's routing tables (kept current by a test)."""
+    from engine.policy.loader import load_policy
+
+    parts = []
+    for ref, where in README_TABLES:
+        policy = load_policy(ref)
+        result = routing_rows(policy, parse_where(policy, where))
+        cmd = f"hisparse table --policy {ref} " + " ".join(f"--where {w}" for w in where) + " --format markdown"
+        parts.append(f"`{cmd}`\n\n" + table_text(policy, result, markdown=True))
+    return "\n\n".join(parts)

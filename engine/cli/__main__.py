@@ -1,0 +1,5 @@
+import sys
+
+from engine.cli.commands import main
+
+sys.exit(main())

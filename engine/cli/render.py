@@ -1,0 +1,99 @@
+"""Decisions and explanations as text an operator reads."""
+from __future__ import annotations
+
+from engine.policy.decision import Decision
+from engine.values import show
+
+
+def config_line(policy, config: dict) -> str:
+    return " ".join(f"{name}={show(config.get(name))}" for name in policy.input_names)
+
+
+def decision_text(d: Decision) -> str:
+    p = d.policy
+    lines = []
+    if d.ok:
+        lines.append(f"ACCEPTED by {p.ref}")
+    else:
+        lines.append(f"REJECTED by {p.ref}: {d.error}")
+    rules = {name: (line, stage) for name, line, stage in p.rule_meta}
+    width = max(len(ph) for ph in p.phases) + 1
+    for ph, backend in d.backends.items():
+        src = d.sources[ph]
+        if src == "user":
+            why = "set by the user"
+        elif src is None:
+            why = "no rule chose one"
+        else:
+            line, stage = rules[src]
+            why = f"{stage} rule {src} ({p.file}:{line})"
+        lines.append(f"  {ph + ':':<{width}} {show(backend):<16} {why}")
+    given = p.complete(p.normalize(d.input))
+    for name, value in d.config.items():
+        if p.inputs[name].phase is None and given[name] != value:
+            lines.append(f"  {name}: {show(given[name])} resolved to {show(value)}")
+    for v in d.violations:
+        where = f" [{v.phase}]" if v.phase else ""
+        lines.append(f"  violation {v.check}{where} ({v.location}): {v.message}")
+    for line in d.log:
+        lines.append(f"  log: {line}")
+    lines.append(f"  policy: {p.ref} {p.file} sha256:{p.sha256[:12]}")
+    return "\n".join(lines)
+
+
+def explanation_text(d: Decision, trace) -> str:
+    """`trace`: the interpret.Trace of the decision."""
+    p = d.policy
+    out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})"
+           + (f", models {p.upstream.label()}" if p.upstream else ""),
+           f"Config: {config_line(p, p.complete(p.normalize(d.input)))}"]
+    current = None
+    for step in trace.steps:
+        if step.rule is None:
+            current = "checks" if step.stage == "checks_at_defaults" else step.stage
+            title = {"resolve": "1. resolve: rewrite inputs, stop on a failed requirement",
+                     "defaults": "2. defaults: the first matching rule fills unset phases",
+                     "checks_at_defaults": "   checks at defaults: a failed one stops evaluation before the "
+                                           "default's log line",
+                     "checks": "3. checks: every failed check is a violation"}[step.stage]
+            out.append("")
+            out.append(title)
+            if step.why:
+                cond = "; ".join(f"{w} ({'yes' if ok else 'no'})" for ok, w in step.why)
+                if step.holds:
+                    out.append(f"   stage applies: {cond}")
+                else:
+                    out.append(f"   stage skipped: {cond}")
+            continue
+        r = step.rule
+        label = f"{r.name}" + (f" [{step.phase}]" if step.phase else "") + f" (line {r.line})"
+        why = "; ".join(f"{w} ({'yes' if ok else 'no'})" for ok, w in step.why) or "always"
+        if current == "checks":
+            if not step.holds:
+                out.append(f"   - {label}: does not apply: {why}")
+            elif step.violated:
+                out.append(f"   - {label}: VIOLATED: {why}")
+            else:
+                out.append(f"   - {label}: passed: {why}")
+        elif current == "defaults":
+            if step.chosen:
+                out.append(f"   - {label}: CHOSEN: {why}")
+                out.append(f"       {step.outcome}")
+            else:
+                out.append(f"   - {label}: skipped: {why}")
+        else:
+            if not step.holds:
+                out.append(f"   - {label}: skipped: {why}")
+            elif step.violated:
+                out.append(f"   - {label}: STOP: {why}")
+            else:
+                out.append(f"   - {label}: applied: {why}")
+                if step.outcome:
+                    out.append(f"       {step.outcome}")
+    if trace.stopped_by is not None:
+        out.append("")
+        out.append(f"Evaluation stopped at {trace.stopped_by.name}: later stages did not run.")
+    out.append("")
+    out.append("Result:")
+    out.append(decision_text(d))
+    return "\n".join(out)

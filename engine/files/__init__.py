@@ -1,0 +1,1 @@
+"""Reading files and streams safely: bounded, regular files only, UTF-8, positions kept."""

@@ -1,0 +1,145 @@
+"""Reading files safely: regular files only, bounded size, UTF-8 text, and whether the file
+changed while it was read. Apart from the YAML reader (yaml_reader.py, which imports PyYAML and
+re-exports these) so that a load served from the compiled cache imports neither."""
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+
+from engine.errors import HisparseError, Problem
+from engine.values import parse_int
+
+try:  # hashlib loads OpenSSL, a few ms at every start-up; the built-in module gives the same digest
+    from _sha2 import sha256  # Python 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.10, 3.11
+    except ImportError:  # pragma: no cover - a build without the built-in hash modules
+        from hashlib import sha256
+
+DEFAULT_MAX_BYTES = 1 << 20
+
+
+class ReadError(HisparseError):
+    """A file could not be read or parsed (the caller re-raises as PolicyError or ConfigError)."""
+
+
+# -- bytes -----------------------------------------------------------------------------------------
+def file_signature(st: os.stat_result) -> tuple:
+    """What changes when a file is replaced or written: device, inode, size, mtime, ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_bytes(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
+               regular_only: bool = True) -> bytes:
+    """The file's bytes, refusing directories, unreadable files and files over `max_bytes`; with
+    `regular_only`, also FIFOs, devices and sockets (policy files are regular files)."""
+    return read_snapshot(path, display, max_bytes, regular_only)[0]
+
+
+def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
+                  regular_only: bool = True) -> tuple[bytes, tuple | None]:
+    """(bytes, signature): as read_bytes, with the file's signature (file_signature) when it did
+    not change while it was read, else None (a writer was at work: the bytes may be torn)."""
+
+    def refuse(code: str, message: str, hint: str = "") -> ReadError:
+        return ReadError([Problem(code, message, display, hint=hint)])
+
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below (or, for a
+    # config the caller named, read blocking as a stream)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if os.path.isdir(path):
+            raise refuse("E101", "cannot read file: is a directory") from None
+        raise refuse("E101", f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        before = os.fstat(fd)
+        if stat.S_ISDIR(before.st_mode):
+            raise refuse("E101", "cannot read file: is a directory")
+        if not stat.S_ISREG(before.st_mode):
+            if regular_only:
+                raise refuse("E101", f"cannot read file: not a regular file (a {_kind(before.st_mode)})",
+                             "policy files are regular files")
+            os.set_blocking(fd, True)
+        elif before.st_size > max_bytes:
+            raise _too_large(display, max_bytes)
+        chunks, total = [], 0
+        # first the size it claims plus one byte (to see it grow), then 64 KiB at a time
+        size = before.st_size + 1 if stat.S_ISREG(before.st_mode) else 1 << 16
+        while total <= max_bytes:  # never more than max_bytes + 1, whatever the file claims
+            chunk = os.read(fd, min(size, max_bytes + 1 - total))
+            size = 1 << 16
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        after = os.fstat(fd)
+    except OSError as exc:
+        raise refuse("E101", f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise _too_large(display, max_bytes)
+    same = file_signature(before) == file_signature(after) and stat.S_ISREG(after.st_mode) \
+        and len(data) == after.st_size
+    return data, (file_signature(after) if same else None)
+
+
+def _too_large(display: str, max_bytes: int) -> ReadError:
+    return ReadError([Problem("E102", f"file is larger than the limit of {max_bytes} bytes", display,
+                              hint="raise the limit with HISPARSE_MAX_FILE_BYTES if this file is genuine")])
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def decode_utf8(data: bytes, display: str) -> str:
+    """UTF-8 text (a leading byte-order mark skipped); binary data and other encodings refused."""
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ReadError([Problem("E103", "not UTF-8 text: a UTF-16 byte-order mark", display, 1, 1,
+                                 "save the file as UTF-8")])
+    nul = data.find(b"\x00")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if 0 <= nul < exc.start:
+            return _binary(data, nul, display)
+        line, col = _offset_position(data, exc.start)
+        raise ReadError(
+            [Problem("E103", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                     display, line, col)]
+        ) from None
+    if nul >= 0:
+        _binary(data, nul, display)
+    return text
+
+
+def _binary(data: bytes, offset: int, display: str):
+    line, col = _offset_position(data, offset)
+    raise ReadError([Problem("E103", f"binary data, not text (a NUL byte at offset {offset})",
+                             display, line, col)])
+
+
+def _offset_position(data: bytes, offset: int) -> tuple[int, int]:
+    before = data[:offset]
+    return before.count(b"\n") + 1, offset - (before.rfind(b"\n") + 1) + 1
+
+
+def max_file_bytes() -> int:
+    """HISPARSE_MAX_FILE_BYTES when it is a positive decimal number, else 1 MiB."""
+    raw = (os.environ.get("HISPARSE_MAX_FILE_BYTES") or "").strip()
+    value = parse_int(raw) if raw.isdigit() else None
+    if value is not None and value > 0:
+        return value
+    return DEFAULT_MAX_BYTES

@@ -1,0 +1,99 @@
+"""Reading streams that might never end, with bounds: which files may be read as a stream (a
+regular file, a pipe, a FIFO, a terminal on stdin; never a device such as /dev/zero), lines of a
+bounded length, and the files records may be appended to."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from engine.errors import ConfigError, Problem
+
+
+MAX_LINE_FACTOR = 64  # a line may run to 64 times the line limit before the input is given up
+
+
+def lines_of(stream, limit: int):
+    """The lines of `stream` (bytes, or str for a text stream), each at most `limit` bytes; a
+    longer line is skipped without being held in memory and given as TOO_LONG, or as RUNAWAY
+    (and the end) when no newline comes within MAX_LINE_FACTOR * limit bytes."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if len(line) > limit and not line.endswith(newline):
+            skipped, ended = len(line), False
+            while skipped <= MAX_LINE_FACTOR * limit:  # drop the rest, a bounded chunk at a time
+                more = stream.readline(1 << 16)
+                skipped += len(more)
+                if not more or more.endswith(newline):
+                    ended = True
+                    break
+            if not ended:
+                yield RUNAWAY
+                return
+            yield TOO_LONG
+        else:
+            yield line
+
+
+TOO_LONG = object()
+RUNAWAY = object()
+
+
+def open_stream(what: str, source: str):
+    """A binary stream to read `source` ('-' = stdin) from: a regular file, a pipe or a FIFO (they
+    end when their writer does; a FIFO is opened without waiting for one), or a terminal on stdin.
+    A device or socket given by name, or on stdin a device that is not a terminal (/dev/zero),
+    would never end and is refused with C504."""
+    if source == "-":
+        if sys.stdin is None:
+            raise ConfigError([Problem("C504", f"cannot read {what}: standard input is closed", "-")])
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        try:
+            fd = stream.fileno()
+            mode = os.fstat(fd).st_mode
+        except (AttributeError, OSError, ValueError):
+            return stream  # not a descriptor (an in-process caller's stream): read it as it is
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+            raise ConfigError([Problem("C504", f"cannot read {what}: standard input is {kind_of(mode)}, "
+                                       "which never ends", "-", hint="redirect a file or a pipe")])
+        return stream
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot read {what}: {exc.strerror or exc}", source)]) from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise ConfigError([Problem("C504", f"cannot read {what}: Is a directory", source)])
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        os.close(fd)
+        raise ConfigError([Problem("C504", f"cannot read {what}: {kind_of(mode)}, not a regular file or a "
+                                   "pipe", source)])
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISFIFO, "a pipe")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def check_record_target(path: str) -> None:
+    """A record file is a regular file (or one --record creates): appending to a FIFO would wait
+    for a reader forever, and a device would swallow the records."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError([Problem("C504", f"cannot append records to {kind_of(mode)}: a record file is a "
+                                   "regular file", path)])

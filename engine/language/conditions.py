@@ -1,0 +1,250 @@
+"""Conditions of the policy language: parsed once into a small tree, then evaluated (the
+interpreter, for explain and coverage), rendered as words, or turned into a Python expression (the
+compiled evaluator).
+
+A condition is a mapping; its entries all hold (AND):
+    input: VALUE                 equality
+    input: {in: [..]} / {not_in: [..]} / {"==": x} / {"!=": x} / {">=": n} ... / {set: bool}
+    any: [cond, ...]   all: [cond, ...]   not: cond
+    user_set: {phase: bool, ...}  whether the user set that phase's backend
+Operands of comparisons may be {input: NAME}: the current value of another input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.values import show as _word
+
+OPERATORS = ("==", "!=", "in", "not_in", ">=", ">", "<=", "<", "set")
+COMBINATORS = ("any", "all", "not", "user_set")
+_PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
+_ORDER = (">=", ">", "<=", "<")
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """An operand that reads another input's current value."""
+
+    name: str
+
+
+class Cond:
+    """Base of the condition tree. `path` is where it sits in the YAML (for positions)."""
+
+    path: tuple = ()
+
+    def eval(self, env: dict, user_set: dict) -> bool:
+        raise NotImplementedError
+
+    def py(self, names: dict) -> str:
+        """Python expression over the local names in `names` (input -> variable)."""
+        raise NotImplementedError
+
+    def words(self) -> str:
+        raise NotImplementedError
+
+    def explain(self, env: dict, user_set: dict) -> list[tuple[bool, str]]:
+        """(holds, words) for each leaf test under this node, in order."""
+        return [(self.eval(env, user_set), self.words())]
+
+    def inputs(self) -> set[str]:
+        return set()
+
+    def atoms(self) -> list["Cond"]:
+        return [self]
+
+
+@dataclass(frozen=True)
+class TrueCond(Cond):
+    """No `when`: always holds."""
+
+    def eval(self, env, user_set):
+        return True
+
+    def py(self, names):
+        return "True"
+
+    def words(self):
+        return "always"
+
+    def explain(self, env, user_set):
+        return []
+
+    def atoms(self):
+        return []
+
+
+@dataclass(frozen=True)
+class Test(Cond):
+    input: str
+    op: str
+    operand: object  # a scalar, a frozenset (in/not_in), a bool (set) or an InputRef
+    path: tuple = ()
+
+    def _value(self, operand, env):
+        return env.get(operand.name) if isinstance(operand, InputRef) else operand
+
+    def eval(self, env, user_set):
+        value = env.get(self.input)
+        op = self.op
+        if op == "set":
+            return (value is not None) is self.operand
+        if op == "in":
+            return value in self.operand
+        if op == "not_in":
+            return value not in self.operand
+        other = self._value(self.operand, env)
+        if op == "==":
+            return _same(value, other)
+        if op == "!=":
+            return not _same(value, other)
+        if value is None or other is None:  # ordering never holds for an unset value
+            return False
+        return {">=": value >= other, ">": value > other, "<=": value <= other, "<": value < other}[op]
+
+    def py(self, names):
+        var = names[self.input]
+        op = self.op
+        if op == "set":
+            return f"({var} is {'not ' if self.operand else ''}None)"
+        if op in ("in", "not_in"):
+            members = sorted(self.operand, key=repr)
+            neg = "not " if op == "not_in" else ""
+            if len(members) == 1:
+                return _py_eq(var, members[0], negate=op == "not_in")
+            # a tuple literal of constants: CPython folds it and `in` is a short scan
+            return f"({var} {neg}in ({', '.join(repr(m) for m in members)},))"
+        if isinstance(self.operand, InputRef):
+            other = names[self.operand.name]
+            if op in ("==", "!="):
+                return f"({var} {_PY_OPS[op]} {other})"
+            guards = "".join(f"{v} is not None and " for v in (var, other) if ("nonnull", v) not in names)
+            return f"({guards}{var} {_PY_OPS[op]} {other})"
+        if op in ("==", "!="):
+            return _py_eq(var, self.operand, negate=op == "!=")
+        guard = "" if ("nonnull", var) in names else f"{var} is not None and "
+        return f"({guard}{var} {_PY_OPS[op]} {self.operand!r})"
+
+    def words(self):
+        op = self.op
+        if op == "set":
+            return f"{self.input} is {'set' if self.operand else 'unset'}"
+        if op in ("in", "not_in"):
+            listed = ", ".join(_word(v) for v in sorted(self.operand, key=repr))
+            return f"{self.input} {'in' if op == 'in' else 'not in'} [{listed}]"
+        other = f"{self.operand.name}" if isinstance(self.operand, InputRef) else _word(self.operand)
+        return f"{self.input} {op} {other}"
+
+    def inputs(self):
+        refs = {self.operand.name} if isinstance(self.operand, InputRef) else set()
+        return {self.input} | refs
+
+
+@dataclass(frozen=True)
+class UserSet(Cond):
+    phase: str
+    expected: bool
+    path: tuple = ()
+
+    def eval(self, env, user_set):
+        return user_set[self.phase] is self.expected
+
+    def py(self, names):
+        var = names[("user_set", self.phase)]
+        return var if self.expected else f"(not {var})"
+
+    def words(self):
+        return f"{self.phase} backend {'set' if self.expected else 'not set'} by the user"
+
+
+@dataclass(frozen=True)
+class All(Cond):
+    items: tuple
+    path: tuple = ()
+
+    def eval(self, env, user_set):
+        return all(c.eval(env, user_set) for c in self.items)
+
+    def py(self, names):
+        return "(" + " and ".join(c.py(names) for c in self.items) + ")"
+
+    def words(self):
+        return " and ".join(_group(c) for c in self.items)
+
+    def explain(self, env, user_set):
+        return [x for c in self.items for x in c.explain(env, user_set)]
+
+    def inputs(self):
+        return set().union(*(c.inputs() for c in self.items))
+
+    def atoms(self):
+        return [a for c in self.items for a in c.atoms()]
+
+
+@dataclass(frozen=True)
+class Any(Cond):
+    items: tuple
+    path: tuple = ()
+
+    def eval(self, env, user_set):
+        return any(c.eval(env, user_set) for c in self.items)
+
+    def py(self, names):
+        return "(" + " or ".join(c.py(names) for c in self.items) + ")"
+
+    def words(self):
+        return "any of (" + "; ".join(c.words() for c in self.items) + ")"
+
+    def explain(self, env, user_set):
+        return [(self.eval(env, user_set), self.words())]
+
+    def inputs(self):
+        return set().union(*(c.inputs() for c in self.items))
+
+    def atoms(self):
+        return [a for c in self.items for a in c.atoms()]
+
+
+@dataclass(frozen=True)
+class Not(Cond):
+    item: Cond
+    path: tuple = ()
+
+    def eval(self, env, user_set):
+        return not self.item.eval(env, user_set)
+
+    def py(self, names):
+        return f"(not {self.item.py(names)})"
+
+    def words(self):
+        return f"not ({self.item.words()})"
+
+    def inputs(self):
+        return self.item.inputs()
+
+    def atoms(self):
+        return self.item.atoms()
+
+
+def conj(*conds: Cond) -> Cond:
+    """AND of conditions, dropping the always-true ones."""
+    items = tuple(c for c in conds if not isinstance(c, TrueCond))
+    if not items:
+        return TrueCond()
+    return items[0] if len(items) == 1 else All(items)
+
+
+def _same(a, b) -> bool:
+    # True == 1 in Python; a policy never means that
+    return a == b and type(a) is type(b)
+
+
+def _py_eq(var: str, value, negate: bool = False) -> str:
+    if value is None or isinstance(value, bool):
+        return f"({var} is {'not ' if negate else ''}{value!r})"
+    return f"({var} {'!=' if negate else '=='} {value!r})"
+
+
+def _group(c: Cond) -> str:
+    text = c.words()
+    return f"({text})" if isinstance(c, (Any,)) and " and " in text else text

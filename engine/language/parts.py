@@ -1,0 +1,451 @@
+"""From a schema-valid policy document to the policy's parts, checking every name and value
+against the declarations. All problems are collected; each carries the file:line:col of the
+offending node."""
+from __future__ import annotations
+
+import os
+import re
+
+from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
+from engine.errors import Problem
+from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
+from engine.suggest import did_you_mean
+from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
+from engine.files.yaml_reader import Document
+
+# names a policy may not give to an input or phase: condition keywords, the names bound in
+# per-phase checks, and the keys of a decision's JSON form
+RESERVED = frozenset(COMBINATORS) | {
+    "backend", "phase", "allowed", "ok", "violations", "log", "sources", "policy", "config",
+    "error", "line", "input", "backends",
+}
+STAGES = ("resolve", "defaults", "checks")
+# options of the `hisparse` commands themselves (a test checks every command's parser against
+# this list), and the SGLang options its inputs are read from, which no input may take as its
+# flag; attend's --hisparse-top-k and --hisparse-device-buffer-size are left to the policy, which
+# owns them when it declares them
+RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
+                            "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
+                            "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
+                            "--min-coverage", "--max-records", "--deep",
+                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
+                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
+
+
+class Parts:
+    """What the builder produces; `Policy` wraps it with the compiled evaluator."""
+
+    def __init__(self):
+        self.family = ""
+        self.version = 0
+        self.description = ""
+        self.source = ""
+        self.upstream: Upstream | None = None
+        self.inputs: dict[str, InputSpec] = {}  # declared inputs then phase inputs, in order
+        self.backends: dict[str, str] = {}
+        self.phases: dict[str, PhaseSpec] = {}
+        self.tables: dict[str, Table] = {}
+        self.stages: dict[str, Stage] = {}
+
+
+class Builder:
+    def __init__(self, doc: Document):
+        self.doc = doc
+        self.problems: list[Problem] = []
+        self.parts = Parts()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def problem(self, code, message, path, key=False, hint=""):
+        self.problems.append(self.doc.problem(code, message, path, key=key, hint=hint))
+
+    def build(self) -> Parts:
+        d = self.doc.data
+        p = self.parts
+        p.family, p.version = d["policy"], d["version"]
+        p.description, p.source = d["description"].strip(), d.get("source", "").strip()
+        self._placement()
+        if "upstream" in d:
+            u = d["upstream"]
+            p.upstream = Upstream(u["project"], u.get("version"), u.get("commit"), u.get("pr"),
+                                  " ".join(u["note"].split()),
+                                  tuple((x["where"], " ".join(x["why"].split())) for x in u.get("leaves_out") or ()))
+        p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
+        self._inputs(d["inputs"])
+        self._phases(d["phases"])
+        self._flags()
+        for name, raw in (d.get("tables") or {}).items():
+            table = self._table(raw, ("tables", name), in_phase=True)
+            if table is not None:
+                p.tables[name] = table
+        seen: dict[str, tuple] = {}
+        for stage in STAGES:
+            p.stages[stage] = self._stage(stage, d[stage], seen)
+        return p
+
+    def _placement(self):
+        """A file named v<N>.yaml inside a folder must be version N of the family of that name."""
+        base = os.path.basename(self.doc.file)
+        match = re.fullmatch(r"v(\d+)\.ya?ml", base)
+        parent = os.path.basename(os.path.dirname(os.path.abspath(self.doc.file)))
+        if match and parent not in ("", "tests"):
+            if int(match.group(1)) != self.parts.version:
+                self.problem("E312", f"version {self.parts.version} in a file named {base}", ("version",))
+            if parent != self.parts.family and re.fullmatch(r"[a-z][a-z0-9-]*", parent):
+                self.problem("E312", f"family '{self.parts.family}' in a folder named '{parent}'", ("policy",))
+
+    # -- declarations ------------------------------------------------------------------------
+    def _inputs(self, raw: dict):
+        for name, spec in raw.items():
+            path = ("inputs", name)
+            if name in RESERVED:
+                self.problem("E309", f"'{name}' is a reserved name and cannot name an input", path, key=True)
+            kind = spec["type"]
+            nullable = bool(spec.get("nullable", False))
+            if kind == "bool":
+                values = (False, True)
+            else:
+                values = tuple(spec["values"])
+            inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
+                            spec.get("maximum"), (spec.get("description") or "").strip(),
+                            tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
+                            self._deprecated(spec, path), dict(spec.get("removed_flags") or {}))
+            if kind == "int":
+                for i, v in enumerate(values):
+                    if not inp.accepts(v):
+                        self.problem("E302", f"representative value {v} of '{name}' is outside "
+                                     f"{inp.describe_domain()}", path + ("values", i))
+            if not inp.accepts(inp.default):
+                hint = did_you_mean(inp.default, values) if kind == "enum" and isinstance(inp.default, str) else ""
+                self.problem("E305", f"default {_show(inp.default)} of '{name}' is outside its domain: "
+                             f"{inp.describe_domain()}", path + ("default",), hint=hint)
+            self.parts.inputs[name] = inp
+
+    def _phases(self, raw: dict):
+        p = self.parts
+        backends = tuple(p.backends)
+        for name, spec in raw.items():
+            path = ("phases", name)
+            if name in RESERVED:
+                self.problem("E309", f"'{name}' is a reserved name and cannot name a phase", path, key=True)
+            if name in p.inputs:
+                self.problem("E307", f"phase '{name}' has the name of an input (templates could not "
+                             "tell them apart)", path, key=True)
+            key = spec["input"]
+            if key in p.inputs or key in RESERVED:
+                self.problem("E307", f"phase '{name}' stores its backend in '{key}', which is already "
+                             "an input or a reserved name", path + ("input",))
+                continue
+            flags = tuple(spec.get("flags") or ("--" + key.replace("_", "-"),))
+            accepted = backends
+            if "backends" in spec:
+                accepted = tuple(b for b in backends if b in spec["backends"])  # declaration order
+                for i, b in enumerate(spec["backends"]):
+                    if b not in p.backends:
+                        self.problem("E303", f"unknown backend '{b}'", path + ("backends", i),
+                                     hint=did_you_mean(b, p.backends))
+            p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path, accepted)
+            p.inputs[key] = InputSpec(key, "enum", accepted, None, True, None, None,
+                                      f"{name} backend (unset: chosen by the defaults stage)",
+                                      flags, name, path, self._deprecated(spec, path),
+                                      dict(spec.get("removed_flags") or {}))
+
+    def _deprecated(self, spec: dict, path: tuple) -> dict:
+        """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
+        out = {}
+        for flag, text in (spec.get("deprecated_flags") or {}).items():
+            tpl = self.template(text, path + ("deprecated_flags", flag), {})
+            if tpl is not None and not tpl.fields:  # a field was reported (E306): nothing to render
+                out[flag] = tpl.render({})
+        return out
+
+    def _flags(self):
+        seen: dict[str, str] = {}
+        for inp in self.parts.inputs.values():
+            for flag in inp.deprecated:
+                if flag in inp.flags:
+                    self.problem("E307", f"flag {flag} is listed both as a flag and as deprecated",
+                                 inp.path + ("deprecated_flags", flag), key=True)
+            for flag in inp.removed:  # the input's own name is always accepted as a config key
+                if flag in inp.flags or flag in inp.deprecated or flag[2:].replace("-", "_") == inp.name:
+                    self.problem("E307", f"flag {flag} is listed as removed and as accepted",
+                                 inp.path + ("removed_flags", flag), key=True)
+            for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated) + tuple(inp.removed)):
+                if flag in RESERVED_FLAGS or flag.startswith("--no-"):
+                    self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
+                                 "(--no-X is generated for boolean inputs)",
+                                 inp.path + ("flags", i) if inp.phase is None else inp.path)
+                key = flag[2:].replace("-", "_")
+                if key in seen and seen[key] != inp.name:
+                    self.problem("E307", f"flag {flag} names both '{seen[key]}' and '{inp.name}'",
+                                 inp.path + ("flags", i) if inp.phase is None else inp.path)
+                seen[key] = inp.name
+        for name in self.parts.inputs:
+            if "--" + name.replace("_", "-") in RESERVED_FLAGS:
+                self.problem("E309", f"input '{name}' has the name of an option of the hisparse command line",
+                             self.parts.inputs[name].path, key=True)
+            if name in seen and seen[name] != name:
+                self.problem("E307", f"input '{name}' is also a flag spelling of '{seen[name]}'",
+                             self.parts.inputs[name].path, key=True)
+
+    # -- tables ------------------------------------------------------------------------------
+    def _scope(self, in_phase: bool) -> dict:
+        scope = dict(self.parts.inputs)
+        if in_phase:
+            scope["backend"] = InputSpec("backend", "enum", tuple(self.parts.backends), None, True)
+            scope["phase"] = InputSpec("phase", "enum", tuple(self.parts.phases), None, False)
+        return scope
+
+    def _table(self, raw: dict, path: tuple, in_phase: bool) -> Table | None:
+        scope = self._scope(in_phase)
+        key = raw["key"]
+        spec = scope.get(key)
+        if spec is None:
+            self.problem("E301", f"table key '{key}' is not a declared input", path + ("key",),
+                         hint=did_you_mean(key, scope))
+            return None
+        rows: dict = {}
+        ok = True
+        for text, row in raw["rows"].items():
+            rpath = path + ("rows", text)
+            value = _typed_key(text, spec)
+            if value is _BAD:
+                ok = False
+                hint = did_you_mean(text, spec.values) if spec.type == "enum" else ""
+                self.problem("E302", f"row '{text}' is not a value of '{key}' "
+                             f"({spec.describe_domain()})", rpath, key=True, hint=hint)
+                continue
+            rows[value] = self._row(row, rpath, in_phase)
+        otherwise = None
+        if "otherwise" in raw:
+            otherwise = self._row(raw["otherwise"], path + ("otherwise",), in_phase)
+        elif spec.type == "int" or spec.nullable or set(spec.values) - set(rows):
+            missing = [_show(v) for v in spec.domain() if v not in rows] if spec.type != "int" else []
+            what = "values " + ", ".join(missing) if missing else "every integer"
+            self.problem("E310", f"table on '{key}' has no row for {what} and no 'otherwise'", path)
+        if not ok:
+            return None
+        return Table(key, rows, otherwise, path)
+
+    def _row(self, row, path, in_phase):
+        if isinstance(row, dict):
+            return self._table(row, path, in_phase)
+        for i, name in enumerate(row):
+            if name not in self.parts.backends:
+                self.problem("E303", f"unknown backend '{name}'", path + (i,),
+                             hint=did_you_mean(name, self.parts.backends))
+        return frozenset(row)
+
+    # -- conditions --------------------------------------------------------------------------
+    def cond(self, raw: dict | None, path: tuple, in_phase: bool = False):
+        if raw is None:
+            return TrueCond()
+        scope = self._scope(in_phase)
+        items = []
+        for key, value in raw.items():
+            kpath = path + (key,)
+            if key == "any" or key == "all":
+                subs = tuple(self.cond(v, kpath + (i,), in_phase) for i, v in enumerate(value))
+                items.append((Any if key == "any" else All)(subs, kpath))
+            elif key == "not":
+                items.append(Not(self.cond(value, kpath, in_phase), kpath))
+            elif key == "user_set":
+                for phase, expected in value.items():
+                    if phase not in self.parts.phases:
+                        self.problem("E304", f"unknown phase '{phase}'", kpath + (phase,), key=True,
+                                     hint=did_you_mean(phase, self.parts.phases))
+                    items.append(UserSet(phase, expected, kpath + (phase,)))
+            else:
+                items.extend(self._tests(key, value, kpath, scope, in_phase))
+        return conj(*items)
+
+    def _tests(self, name, value, path, scope, in_phase) -> list:
+        spec = scope.get(name)
+        if spec is None:
+            hint = did_you_mean(name, scope)
+            if name in ("backend", "phase") and not in_phase:
+                hint = "backend and phase exist only in checks with for_each: phase"
+            self.problem("E301", f"unknown input '{name}'", path, key=True, hint=hint)
+            return []
+        if not isinstance(value, dict):
+            self._value(spec, value, path)
+            return [Test(name, "==", value, path)]
+        tests = []
+        for op, operand in value.items():
+            opath = path + (op,)
+            if op in ("in", "not_in"):
+                for i, v in enumerate(operand):
+                    self._value(spec, v, opath + (i,))
+                tests.append(Test(name, op, frozenset(operand), opath))
+            elif op == "set":
+                if not spec.nullable:
+                    self.problem("E308", f"'{name}' is never unset (it is not nullable), so "
+                                 f"{{set: {str(operand).lower()}}} is constant", opath, key=True)
+                tests.append(Test(name, "set", operand, opath))
+            else:
+                if op in (">=", ">", "<=", "<") and spec.type != "int":
+                    self.problem("E308", f"'{op}' compares numbers but '{name}' is {spec.type}", opath, key=True)
+                if isinstance(operand, dict):
+                    ref = operand["input"]
+                    other = scope.get(ref)
+                    if other is None:
+                        self.problem("E301", f"unknown input '{ref}'", opath + ("input",),
+                                     hint=did_you_mean(ref, scope))
+                    elif other.type != spec.type:
+                        self.problem("E308", f"'{name}' ({spec.type}) compared with '{ref}' ({other.type})",
+                                     opath + ("input",))
+                    operand = InputRef(ref)
+                else:
+                    self._value(spec, operand, opath)
+                tests.append(Test(name, op, operand, opath))
+        return tests
+
+    def _value(self, spec: InputSpec, value, path) -> bool:
+        if spec.accepts(value):
+            return True
+        if spec.type == "enum" and isinstance(value, str):
+            self.problem("E302", f"'{value}' is not a value of '{spec.name}'", path,
+                         hint=did_you_mean(value, spec.values))
+        elif spec.type == "int" and type(value) is int:
+            self.problem("E302", f"{value} is outside the domain of '{spec.name}' ({spec.describe_domain()})", path)
+        elif value is None:
+            self.problem("E308", f"'{spec.name}' is never unset (not nullable), null cannot match it", path)
+        else:
+            self.problem("E308", f"{_show(value)} ({_type_name(value)}) does not fit '{spec.name}', "
+                         f"which is {spec.describe_domain()}", path)
+        return False
+
+    # -- templates ---------------------------------------------------------------------------
+    def template(self, text: str | None, path: tuple, fields: dict):
+        """Parse a template; `fields` maps each allowed field to 'value' or 'set'."""
+        if text is None:
+            return None
+        try:
+            tpl = parse_template(text)
+        except TemplateSyntaxError as exc:
+            self.problem("E306", str(exc), path)
+            return None
+        for f in tpl.fields:
+            kind = fields.get(f.name)
+            if kind is None:
+                self.problem("E306", f"template field '{{{f.name}}}' is not known here", path,
+                             hint=did_you_mean(f.name, fields))
+            elif kind == "set" and f.spec not in SET_FORMATS:
+                self.problem("E306", f"'{{{f.name}:{f.spec}}}': unknown format; use one of "
+                             + ", ".join(s for s in SET_FORMATS if s), path)
+            elif kind == "value" and f.spec:
+                self.problem("E306", f"'{{{f.name}:{f.spec}}}': only backend sets take a format", path)
+        return tpl
+
+    def _fields(self, in_phase=False, allowed=False) -> dict:
+        fields = {name: "value" for name in self.parts.inputs}
+        fields.update({name: "value" for name in self.parts.phases})
+        if in_phase:
+            fields.update(phase="value", backend="value")
+        if allowed:
+            fields["allowed"] = "set"
+        return fields
+
+    # -- stages ------------------------------------------------------------------------------
+    def _stage(self, stage: str, raw: dict, seen: dict) -> Stage:
+        spath = (stage,)
+        rules = []
+        for i, r in enumerate(raw["rules"]):
+            path = (stage, "rules", i)
+            name = r["name"]
+            if name in seen:
+                self.problem("E307", f"rule name '{name}' is used twice (first at line {seen[name][0]})",
+                             path + ("name",))
+            else:
+                seen[name] = self.doc.pos(path + ("name",))
+            rule = Rule(stage, i, name, self.cond(r.get("when"), path + ("when",), stage == "checks"
+                                                  and r.get("for_each") == "phase"),
+                        description=(r.get("description") or "").strip(), path=path,
+                        line=self.doc.pos(path)[0])
+            getattr(self, f"_{stage}_rule")(rule, r, path)
+            rules.append(rule)
+        return Stage(stage, self.cond(raw.get("when"), spath + ("when",)), rules,
+                     (raw.get("description") or "").strip(), spath)
+
+    def _resolve_rule(self, rule: Rule, r: dict, path: tuple):
+        for key, value in (r.get("set") or {}).items():
+            spec = self.parts.inputs.get(key)
+            if spec is None:
+                self.problem("E301", f"cannot set unknown input '{key}'", path + ("set", key), key=True,
+                             hint=did_you_mean(key, self.parts.inputs))
+                continue
+            if self._value(spec, value, path + ("set", key)):
+                rule.set[key] = value
+        rule.log = self.template(r.get("log"), path + ("log",), self._fields())
+        if "require" in r:
+            rule.require = self.cond(r["require"], path + ("require",))
+            rule.message = self.template(r.get("message"), path + ("message",), self._fields())
+
+    def _defaults_rule(self, rule: Rule, r: dict, path: tuple):
+        for phase, backend in r["set"].items():
+            if phase not in self.parts.phases:
+                self.problem("E304", f"unknown phase '{phase}'", path + ("set", phase), key=True,
+                             hint=did_you_mean(phase, self.parts.phases))
+                continue
+            if backend not in self.parts.backends:
+                self.problem("E303", f"unknown backend '{backend}'", path + ("set", phase),
+                             hint=did_you_mean(backend, self.parts.backends))
+                continue
+            accepted = self.parts.phases[phase].backends
+            if backend not in accepted:
+                self.problem("E302", f"phase '{phase}' does not accept backend '{backend}'",
+                             path + ("set", phase), hint=f"it accepts {', '.join(accepted)}")
+                continue
+            rule.set[phase] = backend
+        missing = [ph for ph in self.parts.phases if ph not in r["set"]]
+        if missing:
+            self.problem("E311", f"default rule '{rule.name}' does not set phase(s) "
+                         + ", ".join(missing) + "; a default rule fills every phase", path + ("set",))
+        rule.log = self.template(r.get("log"), path + ("log",), self._fields())
+
+    def _checks_rule(self, rule: Rule, r: dict, path: tuple):
+        rule.for_each_phase = r.get("for_each") == "phase"
+        rule.at = r.get("at", "checks")
+        if "require" in r:
+            rule.require = self.cond(r["require"], path + ("require",), rule.for_each_phase)
+        else:
+            raw = r["allowed"]
+            if not rule.for_each_phase:
+                self.problem("E310", "'allowed' tests a phase's backend: use it with for_each: phase",
+                             path + ("allowed",), key=True)
+            if isinstance(raw, str):
+                rule.allowed = self.parts.tables.get(raw)
+                if rule.allowed is None and raw not in (self.doc.data.get("tables") or {}):
+                    self.problem("E310", f"unknown table '{raw}'", path + ("allowed",),
+                                 hint=did_you_mean(raw, self.parts.tables))
+            else:
+                rule.allowed = self._table(raw, path + ("allowed",), in_phase=True)
+        rule.message = self.template(r["message"], path + ("message",),
+                                     self._fields(rule.for_each_phase, "allowed" in r))
+
+
+_BAD = object()
+
+
+def _typed_key(text: str, spec: InputSpec):
+    """A table row's key (always text in YAML) as a value of the keyed input."""
+    if spec.type == "enum":
+        return text if text in spec.values else _BAD
+    if spec.type == "bool":
+        return {"true": True, "false": False}.get(text, _BAD)
+    try:
+        value = int(text)
+    except ValueError:
+        return _BAD
+    return value if spec.accepts(value) else _BAD
+
+
+def _show(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _type_name(value) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(type(value), type(value).__name__)

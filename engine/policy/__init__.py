@@ -1,0 +1,1 @@
+"""A loaded policy and its decisions: finding, loading, caching and evaluating policies."""

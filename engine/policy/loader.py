@@ -1,0 +1,196 @@
+"""Finding, reading, checking and compiling policies.
+
+`load_policy(ref)`: ref is a family ("nsa-backends", its newest version), a family and version
+("nsa-backends@2") or a file path. A load reads the file's bytes and hashes them; a policy already
+compiled from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
+new process the compiled form comes from the on-disk cache (cache.py) when it holds these bytes;
+only otherwise is the file parsed, validated and compiled (and the result stored there).
+"""
+from __future__ import annotations
+
+import os
+import re
+import _thread
+from collections import OrderedDict
+
+import engine.policy.cache as cache
+from engine.errors import PolicyError, Problem, clip
+from engine.policy.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.policy.policy import Policy
+from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
+from engine.values import parse_int
+
+_REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
+VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
+_CACHE_SIZE = 64
+_cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
+_lock = _thread.allocate_lock()  # (the threading module is not needed here)
+
+
+def load_policy(ref, policy_dir: str | None = None) -> Policy:
+    """Load a policy by reference. Raises PolicyError (every problem, with file:line:col)."""
+    if isinstance(ref, Policy):
+        return ref
+    if not isinstance(ref, str) or not ref:
+        raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {ref!r}")])
+    if looks_like_path(ref):
+        return load_file(os.path.expanduser(ref), ref)
+    path, display = resolve_ref(ref, policy_dir)
+    return load_file(path, display)
+
+
+def looks_like_path(ref: str) -> bool:
+    """Whether a reference names a file. Only its spelling decides, never what happens to exist:
+    a file named `nsa-backends` in the working directory must not replace the shipped policy."""
+    return (os.sep in ref or "/" in ref or (os.altsep or "/") in ref
+            or ref.endswith((".yaml", ".yml", ".json")) or ref.startswith((".", "~")))
+
+
+def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
+    """(path, display name) of the file a FAMILY or FAMILY@N reference names."""
+    m = _REF.fullmatch(ref)
+    if not m:
+        raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
+                                   "(e.g. nsa-backends@2) or a path to a .yaml file")])
+    root = policy_root(policy_dir)
+    family, version = m.group("family"), m.group("version")
+    families = list_families(root)
+    if family not in families:
+        from engine.suggest import did_you_mean
+
+        raise PolicyError([Problem("R601", f"no policy family '{family}' in {_display_dir(root)}",
+                                   hint=did_you_mean(family, families))])
+    versions = families[family]
+    if version is None:
+        number = max(versions)
+    else:
+        number = parse_int(version)  # None for a number too long to be a version
+        if number not in versions:
+            listed = ", ".join(f"{family}@{v}" for v in sorted(versions))
+            raise PolicyError([Problem("R601", f"no version {clip(version)} of '{family}'",
+                                       hint=f"available: {listed}")])
+    names = version_files(os.path.join(root, family))[number]
+    shown = os.path.join(_display_dir(root), family)
+    if len(names) > 1:
+        raise PolicyError([duplicate_version(family, number, names, shown)])
+    return os.path.join(root, family, names[0]), os.path.join(shown, names[0])
+
+
+def version_files(folder: str) -> dict[int, list[str]]:
+    """version -> the names of the files that say they are that version (v<N>.yaml; v1.yaml and
+    v001.yaml both say 1), sorted. Raises OSError when the folder cannot be listed."""
+    out: dict[int, list[str]] = {}
+    for name in os.listdir(folder):
+        m = VERSION_FILE.fullmatch(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(name)
+    return {v: sorted(names) for v, names in out.items()}
+
+
+def duplicate_version(family: str, version: int, names, folder: str, file: str = "") -> Problem:
+    return Problem("E313", f"version {version} of '{family}' has {len(names)} files: "
+                   + ", ".join(os.path.join(folder, n) for n in names), file,
+                   hint="keep one file per version, named v<N>.yaml")
+
+
+def list_families(root: str | None = None) -> dict[str, list[int]]:
+    """family -> sorted versions found under a policy folder."""
+    root = root or default_policy_dir()
+    out: dict[str, list[int]] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        folder = os.path.join(root, name)
+        if name == "schema" or not os.path.isdir(folder):
+            continue
+        try:
+            versions = sorted(version_files(folder))
+        except OSError:
+            continue
+        if versions:
+            out[name] = versions
+    return out
+
+
+def _display_dir(root: str) -> str:
+    # the shipped folder is shown as "policies", never as where it happens to be installed
+    if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
+        return "policies"
+    return root
+
+
+def load_file(path: str, display: str | None = None) -> Policy:
+    display = display or path
+    try:
+        data = read_bytes(path, display, max_file_bytes())
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    return load_bytes(data, display, path)
+
+
+def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
+    """The policy compiled from `data` (the bytes of the file at `path`, shown as `display`),
+    from memory or the on-disk cache when the same bytes were compiled before. Raises
+    PolicyError."""
+    digest = sha256(data).hexdigest()
+    key = (digest, display)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    policy = None
+    form = cache.load(digest, display)
+    if form is not None:
+        try:
+            policy = Policy.from_form(form, display, digest, path, data)
+        except Exception:  # an entry this engine cannot use (the checks make it unlikely): rebuilt
+            policy = None
+    if policy is None:
+        policy = compile_bytes(data, display, digest, path)
+        cache.store(digest, display, policy.form())
+    with _lock:
+        _cache[key] = policy
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return policy
+
+
+def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
+    """Parse, schema-check, check names and values, and compile. Raises PolicyError. `schema`:
+    False only for bytes that passed the schema before (a cache entry exists for them)."""
+    from engine.files.yaml_reader import decode_utf8, parse_yaml
+
+    try:
+        doc = parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    return compile_document(doc, path, schema)
+
+
+def compile_document(doc, path: str = "", schema: bool = True) -> Policy:
+    from engine.language.parts import Builder
+    from engine.language.schema import schema_problems
+
+    if not isinstance(doc.data, dict):
+        kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
+        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
+    problems = schema_problems(doc) if schema else []
+    if problems:
+        raise PolicyError(_sorted(problems))
+    builder = Builder(doc)
+    parts = builder.build()
+    if builder.problems:
+        raise PolicyError(_sorted(builder.problems))
+    return Policy(parts, doc.file, doc.sha256, path or doc.file, doc)
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

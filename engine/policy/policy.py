@@ -1,0 +1,353 @@
+"""A loaded, compiled policy: its declarations, the config checks, and evaluate()."""
+from __future__ import annotations
+
+import _thread
+import itertools
+from collections.abc import Iterator, Mapping
+
+from engine.policy.decision import Decision
+from engine.errors import ConfigError, Problem, clip, shown
+from engine.language.inputs import INT_MAX, INT_MIN
+from engine.policy.memo import memoised
+from engine.suggest import closest, did_you_mean, near_miss
+
+
+class Policy:
+    """One version of one policy family, compiled once at load.
+
+    `evaluate(config)` runs the compiled function (memoised: see memo.py); `trace(config)` runs
+    the interpreter and returns the decision with the trace of every rule tried (explain,
+    coverage).
+    """
+
+    def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
+        self.family = parts.family
+        self.version = parts.version
+        self.description = parts.description
+        self.source = parts.source
+        self.upstream = parts.upstream
+        self.inputs = parts.inputs
+        self.backends = parts.backends
+        self.phases = parts.phases
+        self.tables = parts.tables
+        self.stages = parts.stages
+        self.file = file  # as shown in messages
+        self.path = path or file  # where it was read from
+        self.sha256 = sha256
+        self.doc = doc  # the parsed file, for positions of anything a later analysis reports
+        self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
+        self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
+        self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
+        # inputs (other than phases) some rule rewrites; the others always keep the value given
+        self.written = tuple(n for n in self.inputs if self.inputs[n].phase is None
+                             and any(n in r.set for r in self.rule_list))
+        self._derive()
+        import engine.language.compiler as codegen
+
+        self.source_code, consts = codegen.compile_policy(self)
+        self._consts = consts
+        self._code = compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec")
+        self._evaluate = self._compile(self._code, consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+
+    def _derive(self) -> None:
+        """The look-up tables evaluation uses, from the inputs and phases."""
+        self.input_names = tuple(self.inputs)
+        self.phase_names = tuple(self.phases)
+        self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
+        # every accepted spelling of a config key -> its input (flags without --, dashes or underscores)
+        self.key_map: dict[str, str] = {}
+        # deprecated spelling -> (input index, the log line its use emits)
+        self.deprecated_keys: dict[str, tuple[int, str]] = {}
+        # removed spelling -> (its flag, the note naming the replacement): refused, as upstream's parser does
+        self.removed_keys: dict[str, tuple[str, str]] = {}
+        for index, (name, spec) in enumerate(self.inputs.items()):
+            self.key_map[name] = name
+            self.key_map[name.replace("_", "-")] = name
+            for flag in spec.flags:
+                self.key_map[flag[2:]] = name
+                self.key_map[flag[2:].replace("-", "_")] = name
+            for flag, text in spec.deprecated.items():
+                for key in (flag[2:], flag[2:].replace("-", "_")):
+                    self.key_map[key] = name
+                    self.deprecated_keys[key] = (index, text)
+            for flag, note in spec.removed.items():
+                for key in (flag[2:], flag[2:].replace("-", "_")):
+                    self.removed_keys[key] = (flag, note)
+        self.phase_key_aliases = {
+            ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
+            for ph in self.phases
+        }
+        self._probes: dict = {}  # the whole-domain evaluators (probe()), compiled on first use
+
+    def _compile(self, code, consts: dict, name: str):
+        namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
+                         _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
+        if isinstance(code, str):
+            code = compile(code, f"<policy {self.family}@{self.version}>", "exec")
+        exec(code, namespace)
+        return namespace[name]
+
+    # -- the compiled cache (cache.py) ------------------------------------------------------
+    def form(self) -> dict:
+        """What evaluation (and whole-domain evaluation without counters) needs, as plain
+        marshal-able data: the cache entry of this policy."""
+        return {"family": self.family, "version": self.version, "description": self.description,
+                "source": self.source, "backends": self.backends, "rules": self.rule_meta,
+                "upstream": None if self.upstream is None else self.upstream._fields(),
+                "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
+                "phases": [spec._fields() for spec in self.phases.values()],
+                "code": self._code, "consts": self._consts, "source_code": self.source_code,
+                "probe": self._probe_code(False)}
+
+    @classmethod
+    def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
+        """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
+        rest of the model (rules, tables, the parsed document) is built from `data`, the file's
+        bytes, on first use."""
+        from engine.language.inputs import InputSpec, PhaseSpec, Upstream
+
+        self = cls.__new__(cls)
+        for key in ("family", "version", "description", "source", "backends", "source_code", "written"):
+            setattr(self, key, form[key])
+        self.rule_meta = tuple(form["rules"])
+        self.upstream = None if form["upstream"] is None else Upstream(*form["upstream"])
+        self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
+        self.phases = {f[0]: PhaseSpec(*f) for f in form["phases"]}
+        self.file, self.path, self.sha256 = file, path or file, sha256
+        self._data = data
+        self._derive()
+        self._consts = form["consts"]
+        self._code = form["code"]
+        self._evaluate = self._compile(self._code, self._consts, "_evaluate")
+        self.evaluate = memoised(self, self._evaluate)
+        self._probes[False] = self._compile(*form["probe"], "_probe")
+        return self
+
+    def __getattr__(self, name: str):
+        # only for what an object lacks: a policy from the cache builds the full model from the
+        # file's bytes (they passed the schema when the entry was made), once, under a lock
+        if not name.startswith("__"):
+            with _FULL_MODEL:
+                data = self.__dict__.pop("_data", None)
+                if data is not None:
+                    from engine.policy.loader import compile_bytes
+
+                    try:
+                        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+                    except BaseException:
+                        self._data = data
+                        raise
+                    for key, value in full.__dict__.items():
+                        self.__dict__.setdefault(key, value)
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"'Policy' object has no attribute {name!r}")
+
+    def probe(self, count: bool = True):
+        """The whole-domain evaluator: probe(configs, sink, held, chosen) calls
+        sink((values, sources, log, violations)) for each config of `configs` (tuples of valid
+        canonical values in input order; see codegen). With `count` it also counts into the lists
+        `held` (per rule of rule_list: its condition held; for defaults: held when the defaults
+        stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
+        if count not in self._probes:
+            self._probes[count] = self._compile(*self._probe_code(count), "_probe")
+        return self._probes[count]
+
+    def _probe_code(self, count: bool) -> tuple:
+        import engine.language.compiler as codegen
+
+        source, consts = codegen.compile_policy(self, probe=True, count=count)
+        return compile(source, f"<probe {self.family}@{self.version}>", "exec"), consts
+
+    # -- identity ----------------------------------------------------------------------------
+    @property
+    def ref(self) -> str:
+        return f"{self.family}@{self.version}"
+
+    def identity(self) -> dict:
+        return {"family": self.family, "version": self.version, "sha256": self.sha256}
+
+    def location(self, rule) -> str:
+        return f"{self.file}:{rule.line}"
+
+    def rule(self, name: str):
+        for r in self.rule_list:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"<Policy {self.ref} {self.file} sha256={self.sha256[:12]}>"
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, config: Mapping) -> Decision:
+        """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
+        for unknown keys or values. (Replaced per instance by the memoised compiled evaluator.)"""
+        return self._evaluate(config)
+
+    def trace(self, config: Mapping):
+        """(decision, trace): evaluate with the interpreter, recording every stage, rule and
+        check tried."""
+        import engine.language.interpreter as interpret
+
+        canonical, prelude = self.normalize_with_log(config)
+        trace = interpret.Trace()
+        return interpret.run(self, self.complete(canonical), config, trace, prelude), trace
+
+    def interpret(self, config: Mapping) -> Decision:
+        import engine.language.interpreter as interpret
+
+        canonical, prelude = self.normalize_with_log(config)
+        return interpret.run(self, self.complete(canonical), config, None, prelude)
+
+    # -- configs -----------------------------------------------------------------------------
+    def canonical_key(self, key) -> str | None:
+        if not isinstance(key, str):
+            return None
+        return self.key_map.get(key) or self.key_map.get(key.replace("-", "_"))
+
+    def normalize(self, config, file: str = "", doc=None) -> dict:
+        """Canonical keys and validated values (only the keys given). Keys may be spelled as
+        inputs or as their flags (dashes or underscores). Raises ConfigError listing every
+        problem."""
+        return self.normalize_with_log(config, file, doc)[0]
+
+    def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
+        """As normalize, and the log lines that deprecated spellings among the keys emit (in the
+        order of the inputs), which evaluation puts before every other line."""
+        out, problems, _, prelude = self._check(config, False, file, doc)
+        if problems:
+            raise ConfigError(problems)
+        return out, prelude
+
+    def normalize_lenient(self, config, file: str = "", doc=None) -> tuple[dict, list]:
+        """As normalize, but keys that are neither inputs nor close to one are returned as
+        ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
+        of an input name is still an error."""
+        out, problems, ignored, _ = self._check(config, True, file, doc)
+        if problems:
+            raise ConfigError(problems)
+        return out, ignored
+
+    def complete(self, canonical: dict) -> dict:
+        return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
+
+    def _retry(self, given):
+        """The compiled fast path met a value that is not of its input's exact type: a bad value
+        (ConfigError, every problem), or an accepted subclass (a StrEnum or IntEnum member), whose
+        exact-typed copy is evaluated."""
+        canonical, prelude = self.normalize_with_log(given)
+        return self._evaluate(canonical, given, prelude)
+
+    def _reject(self, config):
+        problems = self._check(config, False, "")[1]
+        raise ConfigError(problems or [Problem("C503", "invalid config")])
+
+    def _check(self, config, lenient: bool, file: str, doc=None):
+        """(canonical config, problems, ignored keys). `doc` (a parsed config file) gives each
+        problem the line and column of its key."""
+        problems: list[Problem] = []
+        ignored: list[str] = []
+        out: dict = {}
+        spelled: dict = {}
+        deprecated: list = []
+        if not isinstance(config, Mapping):
+            return out, [Problem("C504", f"a config is a mapping of input -> value, got "
+                                 f"{type(config).__name__}", file)], ignored, []
+        names = sorted(set(self.key_map))
+
+        def at(problem: Problem, key) -> Problem:
+            if doc is None:
+                return problem
+            line, col = doc.pos((key,), key=True)
+            return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+
+        for key, value in config.items():
+            name = self.canonical_key(key)
+            if name is None and isinstance(key, str) and key.replace("-", "_") in self.removed_keys:
+                flag, note = self.removed_keys[key.replace("-", "_")]
+                problems.append(at(Problem("C501", f"{shown(key)}: {flag} was removed ({self.removed_text()})",
+                                           file, hint=note), key))
+                continue
+            if name is None:
+                near = near_miss(key, names) if isinstance(key, str) else None
+                if lenient and near is None:
+                    ignored.append(clip(str(key), 40))
+                    continue
+                near = near or (closest(key, names) if isinstance(key, str) else None)
+                hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
+                problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
+                continue
+            if name in out and out[name] != value:
+                problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
+                                           "to different values", file), key))
+                continue
+            spelled[name] = key
+            if key in self.deprecated_keys:
+                deprecated.append(self.deprecated_keys[key])
+            spec = self.inputs[name]
+            if value.__class__ not in _PLAIN:
+                value = _exact(value)
+            if not spec.accepts(value):
+                problems.append(at(self._value_problem(spec, key, value, file), key))
+                continue
+            out[name] = value
+        return out, problems, ignored, [text for _, text in sorted(deprecated)]
+
+    def _value_problem(self, spec, key, value, file) -> Problem:
+        text = shown(value)
+        if spec.type == "enum" and isinstance(value, str):
+            return Problem("C502", f"{key}: {text} is not a valid value; {spec.describe_domain()}",
+                           file, hint=did_you_mean(value, spec.values, list_if_none=False))
+        if spec.type == "int" and type(value) is int:
+            if not INT_MIN <= value <= INT_MAX:
+                return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
+            return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
+        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+                type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+        note = ""
+        if spec.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            note = " (strings are not booleans: write true or false without quotes)"
+        if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            note = " (strings are not integers: write the number without quotes)"
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
+
+    def removed_text(self) -> str:
+        where = self.upstream.label() if self.upstream else f"{self.ref}"
+        return f"{where} no longer accepts it"
+
+    # -- the declared domain -----------------------------------------------------------------
+    def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
+        """Every config of the declared domain (int inputs take their representative values),
+        as complete canonical dicts. `inputs` maps name -> values to override."""
+        names = self.input_names
+        values = [list((inputs or {}).get(n, self.inputs[n].domain())) for n in names]
+        for combo in itertools.product(*values):
+            yield dict(zip(names, combo))
+
+    def domain_size(self) -> int:
+        n = 1
+        for spec in self.inputs.values():
+            n *= len(spec.domain())
+        return n
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+_FULL_MODEL = _thread.allocate_lock()
+
+
+def _exact(value):
+    """A str or int subclass (an enum member standing for a value) as its plain str or int, so
+    that it is compared, hashed and rendered as the value it stands for; bool stays bool."""
+    cls = value.__class__
+    if cls is not str and isinstance(value, str):
+        return str.__str__(value)
+    if cls is not int and cls is not bool and isinstance(value, int):
+        return int.__int__(value)
+    return value
+
+
+def spec_flags(policy: Policy, phase: str) -> tuple:
+    spec = policy.inputs[policy.phases[phase].input]
+    return tuple(spec.flags) + tuple(spec.deprecated)

@@ -1,0 +1,34 @@
+"""Server configs from files: SGLang-style YAML or JSON config files, keys with dashes or
+underscores. Values keep their YAML/JSON types; strings are never read as booleans or numbers
+("true" in quotes is an error that says so), so a config means what it says."""
+from __future__ import annotations
+
+from engine.errors import ConfigError, Problem
+
+
+def read_config_file(path: str):
+    """The parsed file (a yaml_reader.Document); raises ConfigError (file:line:col) when
+    unreadable or not a mapping. A pipe is read too (`--config <(...)`, /dev/stdin): the operator
+    named it."""
+    from engine.files.yaml_reader import ReadError, load_document
+
+    try:
+        doc = load_document(path, regular_only=False)
+    except ReadError as exc:
+        raise ConfigError([Problem("C504", p.message, p.file, p.line, p.col, p.hint) if p.code == "E101"
+                           else p for p in exc.problems]) from None
+    if doc.data is None:
+        doc.data = {}
+    if not isinstance(doc.data, dict):
+        raise ConfigError([Problem("C504", f"a config file holds a mapping of option -> value, this one "
+                                   f"holds a {type(doc.data).__name__}", path, 1, 1)])
+    return doc
+
+
+def config_layer(policy, path: str):
+    """The file as a layer (engine/sglang/given.py), lenient: keys the policy does not read are
+    ignored (SGLang config files carry many), a near miss of one it reads is an error."""
+    from engine.sglang.given import read_layer
+
+    doc = read_config_file(path)
+    return read_layer(policy, doc.data, path, file=path, doc=doc, lenient=True)

@@ -1,0 +1,67 @@
+"""`hisparse conform`: run the installed SGLang's own start-up code on every config of a policy's
+domain (or a stratified sample) and compare what it does with what the policy says.
+
+The package never imports SGLang (or torch) at import time: a driver does, inside `hisparse conform`
+and its worker processes only."""
+from __future__ import annotations
+
+import os
+import time
+
+import engine.sglang.conform.sample as _sample
+from engine.sglang.conform.cases import case_of
+from engine.sglang.conform.report import compare
+
+
+class SGLangUnavailable(Exception):
+    """SGLang cannot be imported, or its release is one no driver knows (exit 2)."""
+
+
+def conform(policy, where: dict | None = None, sample: int | None = None, seed: int = 0,
+            workers: int | None = None, progress=None) -> dict:
+    """Run SGLang on the configs and compare; the JSON form of the report (see report.compare)."""
+    from engine.sglang.conform.drivers import UnknownVersion, driver_for, installed_sglang
+    from engine.sglang.conform.runner import run_cases
+
+    version, reason = installed_sglang()
+    if version is None:
+        raise SGLangUnavailable(reason)
+    try:
+        driver = driver_for(version)
+    except UnknownVersion as exc:
+        raise SGLangUnavailable(str(exc)) from None
+    axes = _sample.axes(policy, where)
+    total = _sample.size(axes)
+    if sample is not None and sample < total:
+        configs = _sample.stratified(axes, sample, seed)
+    else:
+        configs = list(_sample.whole(axes))
+    cases = [case_of(policy, c) for c in configs]
+    start = time.perf_counter()
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    # configs that differ only in inputs SGLang never sees (the model family of a non-DSA model)
+    # are the same launch: each distinct launch runs once
+    unique = list(dict.fromkeys(cases))
+    ran = dict(zip(unique, run_cases(driver, unique, workers=workers, progress=progress)))
+    results = [ran[c] for c in cases]
+    seconds = time.perf_counter() - start
+    result = compare(policy, configs, cases, results, sampled=len(configs) < total)
+    up = policy.upstream
+    warning = None
+    if up is None:
+        warning = f"{policy.ref} does not say which SGLang it models (no upstream: in the policy)"
+    elif up.version != version:
+        warning = f"{policy.ref} models {up.label()}; the installed SGLang is {version}"
+    result.update({
+        "policy": dict(policy.identity(), upstream=up.label() if up else None),
+        "sglang": version,
+        "warning": warning,
+        "where": dict(where or {}),
+        "domain_size": total,
+        "sample": {"n": len(configs), "seed": seed} if len(configs) < total else None,
+        "launches": len(unique),
+        "workers": workers,
+        "seconds": round(seconds, 1),
+    })
+    return result

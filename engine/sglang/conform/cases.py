@@ -1,0 +1,61 @@
+"""A policy config as the launch an operator would run: server arguments, model, machine.
+
+The translation is by input name, so that it works for every version of a policy family:
+- the model inputs pick an architecture, whose local model folder the driver writes;
+- the machine inputs become the platform and the GPU's compute capability;
+- the --hisparse-config fields become one JSON argument;
+- every other input is a server flag, spelled as the policy spells it (its primary flag), given
+  only when its value differs from the policy's default (the operator typed nothing there).
+"""
+from __future__ import annotations
+
+import json
+
+from engine.sglang.conform.protocol import Case
+
+# model_family value -> the HF architecture of that model's config.json
+ARCHITECTURES = {
+    "deepseek_v32": "DeepseekV32ForCausalLM",
+    "glm5": "GlmMoeDsaForCausalLM",
+    "glm5_next": "Glm5NextForConditionalGeneration",
+}
+NON_DSA_ARCHITECTURE = "DeepseekV3ForCausalLM"  # DeepSeek family, but no index_topk: not DSA
+MODEL_INPUTS = ("dsa_model", "model_family")
+MACHINE_INPUTS = ("platform", "sm_major", "sm_minor")
+# input -> its key in SGLang's --hisparse-config JSON
+HISPARSE_CONFIG = {"hisparse_top_k": "top_k", "hisparse_device_buffer_size": "device_buffer_size",
+                   "hisparse_swap_in_block_size": "swap_in_block_size",
+                   "hisparse_host_to_device_ratio": "host_to_device_ratio"}
+
+
+def architecture(config: dict) -> str:
+    if config.get("dsa_model", True) is False:
+        return NON_DSA_ARCHITECTURE
+    return ARCHITECTURES[config.get("model_family") or "deepseek_v32"]
+
+
+def case_of(policy, config: dict) -> Case:
+    """The launch for a complete canonical config of `policy` (every input present)."""
+    argv: list[str] = []
+    hisparse: dict = {}
+    for name, spec in policy.inputs.items():
+        if name in MODEL_INPUTS or name in MACHINE_INPUTS:
+            continue
+        value = config[name]
+        if name in HISPARSE_CONFIG:
+            if value is not None and value != spec.default:
+                hisparse[HISPARSE_CONFIG[name]] = value
+            continue
+        if value == spec.default and type(value) is type(spec.default):
+            continue
+        if spec.type == "bool":
+            if value:
+                argv.append(spec.flag)
+            else:  # a flag whose default is on: SGLang spells its negation --no-X
+                argv.append("--no-" + spec.flag[2:])
+            continue
+        argv += [spec.flag, str(value)]
+    if hisparse:
+        argv += ["--hisparse-config", json.dumps(hisparse, separators=(",", ":"))]
+    capability = (int(config.get("sm_major", 9)), int(config.get("sm_minor", 0) or 0))
+    return Case(tuple(argv), architecture(config), config.get("platform", "cuda"), capability)

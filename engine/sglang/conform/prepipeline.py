@@ -1,0 +1,430 @@
+"""Driver for the SGLang releases before the resolution pipeline (0.5.11, 0.5.12): runs the release's
+own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+
+What runs, per case, all of it the installed release's code:
+1. the parser of `ServerArgs.add_cli_args` (built once, `prog="sglang serve"` as `prepare_server_args`),
+   on `case.argv + ["--model-path", DIR]`; an argparse error is caught at `parser.error` (its text);
+2. `ServerArgs.from_cli_args(namespace)` with `__post_init__` skipped: `__post_init__` downloads, probes
+   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps one
+   effect, the one `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None
+   and sets `_quantization_explicitly_unset` (else False);
+3. `sa._handle_model_specific_adjustments()`: the DSA dtype resolution and backend defaults
+   (`_set_default_nsa_kv_cache_dtype`, `_set_default_nsa_backends`);
+4. the HiSparse check: a per-release callable (see `sglang_0511` and `sglang_0512`).
+
+Platform facts are patched for the duration of a case, where they are looked up:
+- `torch.cuda.get_device_capability` -> `case.capability`, `torch.cuda.is_available` -> True,
+  `torch.cuda.get_device_name` -> a name for the platform and capability;
+- SGLang's helpers, in every loaded `sglang.*` module that holds them by name (`srt.server_args`,
+  `srt.utils`, `srt.utils.common`, ...): is_hip, is_cuda, is_cuda_alike, is_npu, is_xpu, is_hpu,
+  is_musa, is_mps, is_cpu, is_sm90_supported, is_sm100_supported, is_sm120_supported,
+  is_blackwell_supported / is_blackwell, is_hopper_with_cuda_12_3, is_ampere_with_cuda_12_3,
+  get_device_sm, get_device_capability, get_device_name. The `_supported` helpers also ask for a
+  CUDA toolkit >= 12.3 / 12.8: taken as present on CUDA.
+`os.environ` is restored after each case (the DSA branch sets
+SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD).
+
+Import-time preparation (`load`), for a CPU machine without the release's GPU stack (the
+environment: `tools/sglang-env.sh`; triton there is the real package: `srt/utils/common.py` imports
+it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import):
+- `torchvision`: inert modules (only `srt/utils/common.py`'s `decode_jpeg` import needs it); the
+  PyPI torchvision wheels link CUDA libraries a CPU torch lacks;
+- `transformers.AutoImageProcessor`: without torchvision transformers 5.6.0 gives a placeholder that
+  raises on `.register`, which `srt/configs/*` call at import to register image processors; a stand-in
+  whose `register` does nothing (no routing code reads image processors);
+- the modules the DSA branch imports lazily are imported before any platform patch, or their
+  module-level `if is_cuda(): from sgl_kernel import ...` would fire.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+import types
+import warnings
+
+from engine.sglang.conform.protocol import Case, Result
+
+# the routing functions whose logger.warning records are the routing log lines
+LOG_FUNCTIONS = frozenset({"_set_default_nsa_kv_cache_dtype", "_set_default_nsa_backends",
+                           "apply_hisparse_nsa_backend_defaults"})
+
+ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
+# DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
+_V32_FIELDS = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+
+
+class ParserError(SystemExit):
+    """argparse's error, caught at `parser.error` (which would print usage and exit 2)."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# -- import-time stand-ins -----------------------------------------------------------------------
+class _Inert:
+    """Any attribute, call or subscript of it is another inert value."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        return _Inert(self._name + "()")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(f"{self._name}.{name}")
+
+    def __getitem__(self, key):
+        return self
+
+    def __repr__(self) -> str:
+        return f"<inert {self._name}>"
+
+
+class _InertModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(f"{self.__name__}.{name}")
+
+
+class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers every import of `root` and its submodules with an inert module."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.root or name.startswith(self.root + "."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _InertModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+class _NoImageProcessors:
+    """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
+
+    @staticmethod
+    def register(*args, **kwargs):
+        return None
+
+
+def _install_stand_ins() -> None:
+    # transformers decides torchvision is absent before the inert finder exists; importing
+    # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
+    import transformers.processing_utils  # noqa: F401
+    from transformers.utils import import_utils
+
+    if not import_utils.is_torchvision_available():
+        if importlib.util.find_spec("torchvision") is None:
+            sys.meta_path.insert(0, _InertFinder("torchvision"))
+        sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
+
+
+# -- model folders -------------------------------------------------------------------------------
+class ModelDirs:
+    """Local model folders holding only a config.json written by transformers' config classes.
+
+    Forked workers share the root: a folder is named by what it holds and written by rename, so
+    two workers writing the same model write the same bytes to the same place. The root goes when
+    the process that made it exits."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="hisparse-conform-models-")
+        self.dirs: dict = {}
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(self.root, True))
+
+    def get(self, architecture: str, extra: tuple = ()) -> str:
+        key = json.dumps([architecture, list(extra)], sort_keys=True, default=repr)
+        if key not in self.dirs:
+            path = os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:16])
+            if not os.path.exists(os.path.join(path, "config.json")):
+                config = model_config(architecture)
+                config.update(dict(extra))
+                os.makedirs(path, exist_ok=True)
+                part = os.path.join(path, f"config.json.{os.getpid()}")
+                with open(part, "w") as f:
+                    json.dump(config, f, indent=1, sort_keys=True)
+                os.replace(part, os.path.join(path, "config.json"))
+            self.dirs[key] = path
+        return self.dirs[key]
+
+
+def model_config(architecture: str) -> dict:
+    """config.json content for one architecture, from transformers' own config class.
+
+    DeepseekV32ForCausalLM: transformers 5.6.0 has no DeepSeek-V3.2 config class, so DeepseekV3Config
+    with model_type deepseek_v32 and the indexer fields, as DeepSeek-V3.2's own config.json; no
+    `layer_types` (5.6.0 refuses it). SGLang itself re-reads such a folder as deepseek_v3
+    (`_load_deepseek_v32_model`)."""
+    import transformers
+
+    if architecture in ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM"):
+        config = transformers.DeepseekV3Config().to_dict()
+    elif architecture == "GlmMoeDsaForCausalLM" and hasattr(transformers, "GlmMoeDsaConfig"):
+        config = transformers.GlmMoeDsaConfig().to_dict()
+    else:
+        raise ValueError(f"unknown architecture {architecture!r}: this driver writes models for "
+                         + ", ".join(ARCHITECTURES))
+    for key in ("transformers_version", "layer_types"):
+        config.pop(key, None)
+    config["architectures"] = [architecture]
+    if architecture == "DeepseekV32ForCausalLM":
+        config["model_type"] = "deepseek_v32"
+        config.update(_V32_FIELDS)
+    return config
+
+
+# -- platform ------------------------------------------------------------------------------------
+def _device_name(platform: str, capability: tuple) -> str:
+    if platform == "hip":
+        return "AMD Instinct MI300X"
+    return {9: "NVIDIA H200", 10: "NVIDIA B200", 12: "NVIDIA RTX PRO 6000"}.get(capability[0], "NVIDIA GPU")
+
+
+def platform_facts(platform: str, capability: tuple) -> dict:
+    """helper name -> the function SGLang's helper is replaced with, for one case."""
+    major, minor = capability
+    cuda, hip = platform == "cuda", platform == "hip"
+    name = _device_name(platform, capability)
+
+    def const(value):
+        def fact(*args, **kwargs):
+            return value
+
+        fact.platform_fact = True  # how a module imported during a case is recognised
+        return fact
+
+    return {
+        "is_hip": const(hip), "is_cuda": const(cuda), "is_cuda_alike": const(cuda or hip),
+        "is_npu": const(False), "is_xpu": const(False), "is_hpu": const(False), "is_musa": const(False),
+        "is_mps": const(False), "is_cpu": const(False),
+        "is_sm90_supported": const(cuda and major == 9), "is_sm100_supported": const(cuda and major == 10),
+        "is_sm120_supported": const(cuda and major == 12),
+        "is_blackwell_supported": const(cuda and major in (10, 11, 12)),
+        "is_blackwell": const(cuda and major in (10, 11, 12)),
+        "is_hopper_with_cuda_12_3": const(cuda and major == 9),
+        "is_ampere_with_cuda_12_3": const(cuda and major == 8),
+        "get_device_sm": const(major * 10 + minor), "get_device_capability": const((major, minor)),
+        "get_device_name": const(name),
+    }
+
+
+class _Platform:
+    """Where each helper is looked up, found once after every module is loaded; set per case."""
+
+    def __init__(self):
+        import torch
+
+        common = vars(sys.modules["sglang.srt.utils.common"])
+        self.originals = {name: common[name] for name in platform_facts("cuda", (9, 0)) if name in common}
+        self.sites = []  # (module, attribute)
+        self.modules = len(sys.modules)
+        for module_name, module in list(sys.modules.items()):
+            if module_name.split(".")[0] == "sglang" and module is not None:
+                space = vars(module)
+                self.sites += [(module, n) for n, f in self.originals.items() if space.get(n) is f]
+        self.torch_cuda = torch.cuda
+
+    def _adopt_new_modules(self):
+        """A module first imported during a case bound the case's facts: give it the originals
+        and patch it like the others from now on."""
+        self.modules = len(sys.modules)
+        for module_name, module in list(sys.modules.items()):
+            if module_name.split(".")[0] != "sglang" or module is None:
+                continue
+            for name, original in self.originals.items():
+                if getattr(vars(module).get(name), "platform_fact", False):
+                    setattr(module, name, original)
+                    self.sites.append((module, name))
+
+    @contextlib.contextmanager
+    def case(self, platform: str, capability: tuple):
+        facts = platform_facts(platform, capability)
+        cuda = self.torch_cuda
+        torch_facts = {"get_device_capability": facts["get_device_capability"],
+                       "is_available": lambda: True, "get_device_name": facts["get_device_name"]}
+        saved = [(m, n, getattr(m, n)) for m, n in self.sites]
+        saved += [(cuda, n, getattr(cuda, n)) for n in torch_facts]
+        env = dict(os.environ)
+        try:
+            for module, name in self.sites:
+                setattr(module, name, facts[name])
+            for name, fn in torch_facts.items():
+                setattr(cuda, name, fn)
+            yield
+        finally:
+            for module, name, value in saved:
+                setattr(module, name, value)
+            if len(sys.modules) != self.modules:
+                self._adopt_new_modules()
+            if os.environ != env:
+                os.environ.clear()
+                os.environ.update(env)
+
+
+# -- log lines -----------------------------------------------------------------------------------
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list = []
+
+    def emit(self, record):
+        if record.levelno == logging.WARNING and record.funcName in LOG_FUNCTIONS:
+            self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _collect_logs():
+    logger = logging.getLogger("sglang")
+    handler = _Collect()
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)  # the records still reach the handler; nothing prints
+    logger.propagate = False
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _where(exc: BaseException, root: str) -> str | None:
+    """The innermost frame inside the sglang package: "srt/file.py:LINE function"."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(root + os.sep):
+            found = f"{os.path.relpath(path, root).replace(os.sep, '/')}:{frame.lineno} {frame.name}"
+    return found
+
+
+# -- the driver ----------------------------------------------------------------------------------
+class Driver:
+    """Runs Cases on one installed pre-pipeline SGLang release.
+
+    `check_factory(server_args_module)` returns the release's HiSparse check, a callable on a
+    ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions."""
+
+    def __init__(self, version: str, check_factory, lazy: tuple):
+        self.version = version
+        self.check_factory = check_factory
+        self.lazy = lazy
+        self.ready = False
+
+    def import_sglang(self):
+        """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
+        when another release (or none) is installed, and what the import raised."""
+        installed = installed_version()
+        if installed != self.version:
+            raise RuntimeError(f"this driver runs SGLang {self.version}; the installed SGLang is "
+                               f"{installed or 'absent'}")
+        with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
+            warnings.simplefilter("ignore")
+            _install_stand_ins()
+            import sglang.srt.server_args as server_args
+
+            for name in self.lazy:
+                importlib.import_module(name)
+        return server_args
+
+    def load(self) -> None:
+        """Import, build the parser, write the model folders: once per process. Forked workers
+        share all of it."""
+        if self.ready:
+            return
+        server_args = self.import_sglang()
+        self.sa_module = server_args
+        self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
+        parser = argparse.ArgumentParser(prog="sglang serve")
+        server_args.ServerArgs.add_cli_args(parser)
+
+        def error(message):
+            raise ParserError(message)
+
+        parser.error = error
+        self.parser = parser
+        self.check = self.check_factory(server_args)
+        self.models = ModelDirs()
+        for architecture in ARCHITECTURES:
+            self.models.get(architecture)
+        self.platform = _Platform()
+        self.ready = True
+
+    def run_case(self, case: Case) -> Result:
+        """What the release does with `case`. A case this driver cannot set up (an architecture
+        it has no model for, a platform other than cuda/hip) raises ValueError."""
+        if case.platform not in ("cuda", "hip"):
+            raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
+        self.load()
+        ServerArgs = self.sa_module.ServerArgs
+        model = self.models.get(case.architecture, tuple(case.model_extra))
+        state = {"stage": "parser", "sa": None}
+
+        def result(ok, exc=None) -> Result:
+            sa = state["sa"]
+            kv = getattr(sa, "kv_cache_dtype", None)
+            backends = (getattr(sa, "nsa_prefill_backend", None), getattr(sa, "nsa_decode_backend", None))
+            return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
+                          backends=backends, log=tuple(lines), stage=state["stage"],
+                          where=None if exc is None else _where(exc, self.root),
+                          error_type=None if exc is None else "SystemExit" if isinstance(
+                              exc, ParserError) else type(exc).__name__,
+                          extra={"sglang": self.version})
+
+        with _collect_logs() as lines:
+            try:
+                namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
+                state["stage"] = "resolve"
+                post_init = ServerArgs.__post_init__
+                ServerArgs.__post_init__ = lambda self: None
+                try:
+                    sa = ServerArgs.from_cli_args(namespace)
+                finally:
+                    ServerArgs.__post_init__ = post_init
+                sa._quantization_explicitly_unset = sa.quantization == "unquant"
+                if sa.quantization == "unquant":
+                    sa.quantization = None
+                state["sa"] = sa
+                with self.platform.case(case.platform, tuple(case.capability)):
+                    sa._handle_model_specific_adjustments()
+                    state["stage"] = "check"
+                    self.check(sa)
+                state["stage"] = "done"
+                return result(True)
+            except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
+                return result(False, exc)
+
+
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None

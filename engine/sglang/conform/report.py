@@ -1,0 +1,251 @@
+"""Comparing a policy's decisions with what SGLang did, and the report of `hisparse conform`.
+
+Per config, the policy side and the SGLang side agree when they agree on acceptance; for an
+accepted config, on the resolved KV dtype and both backends; for a rejected one, on the first
+violation's message against the exception's text; and, either way, on the routing log lines in
+order (for a rejected config, the lines logged before the raise). A config SGLang rejects at a
+place the policy declares it leaves out (`upstream.leaves_out`) is out of scope, counted apart.
+Differences are grouped by what differs, and each group is reduced to a few patterns over the
+inputs, as `diff` does."""
+from __future__ import annotations
+
+import itertools
+
+from engine.analysis.outcomes import cube_json, cube_text, factor, minimize, pattern_lines
+from engine.values import show
+
+FIELDS = ("acceptance", "message", "kv_cache_dtype", "backends", "log")
+
+
+def sides(policy, decision, result) -> tuple[dict, dict]:
+    """The comparable fields of each side."""
+    b = decision.backends
+    ours = {"ok": decision.ok, "message": decision.error, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
+            "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log)}
+    if not decision.ok:
+        ours["check"] = decision.violations[0].check
+    theirs = {"ok": result.ok, "message": result.message, "kv_cache_dtype": result.kv_cache_dtype,
+              "backends": tuple(result.backends), "log": tuple(result.log), "where": result.where,
+              "stage": result.stage}
+    return ours, theirs
+
+
+def differing(ours: dict, theirs: dict) -> list[str]:
+    """The fields on which the two sides differ (empty: they agree)."""
+    if ours["ok"] != theirs["ok"]:
+        out = ["acceptance"]
+    elif ours["ok"]:
+        out = [f for f in ("kv_cache_dtype", "backends") if ours[f] != theirs[f]]
+    else:
+        out = ["message"] if ours["message"] != theirs["message"] else []
+    if ours["log"] != theirs["log"]:
+        out.append("log")
+    return out
+
+
+def _function(where: str | None) -> str:
+    """"srt/arg_groups/x.py:107 func" -> "x.py:func" (line numbers would split alike groups)."""
+    if not where:
+        return "?"
+    path, _, rest = where.partition(":")
+    return path.rsplit("/", 1)[-1] + ":" + (rest.split(" ", 1)[1] if " " in rest else rest)
+
+
+def group_key(fields: list[str], ours: dict, theirs: dict) -> tuple:
+    """What alike differences share: the fields, and for each the rule or values involved."""
+    parts = []
+    for f in fields:
+        if f == "acceptance":
+            parts.append(("acceptance", ours.get("check") or "accepted",
+                          "accepted" if theirs["ok"] else _function(theirs["where"])))
+        elif f == "message":
+            parts.append(("message", ours.get("check"), _function(theirs["where"])))
+        elif f == "backends":
+            parts += [(ph, a, b) for ph, a, b in zip(("prefill", "decode"), ours["backends"], theirs["backends"])
+                      if a != b]
+        elif f == "kv_cache_dtype":
+            parts.append(("kv_cache_dtype", ours[f], theirs[f]))
+        else:  # log: which side has more lines, and the rule that decided the policy's outcome
+            parts.append(("log", ours.get("check") or ("accepted" if ours["ok"] else ""),
+                          (len(ours["log"]) > len(theirs["log"])) - (len(ours["log"]) < len(theirs["log"]))))
+    return tuple(parts)
+
+
+def describe(key: tuple) -> str:
+    words = []
+    for part in key:
+        if part[0] == "acceptance":
+            words.append(f"policy {'accepts' if part[1] == 'accepted' else 'rejects (' + part[1] + ')'}, "
+                         f"SGLang {'accepts' if part[2] == 'accepted' else 'rejects (' + part[2] + ')'}")
+        elif part[0] == "message":
+            words.append(f"both reject, other message (policy {part[1]}, SGLang {part[2]})")
+        elif part[0] == "log":
+            more = {1: "the policy logs more lines", -1: "SGLang logs more lines", 0: "other log lines"}[part[2]]
+            words.append(f"log lines differ ({more})")
+        else:
+            words.append(f"{part[0]} {show(part[1])} (policy) vs {show(part[2])} (SGLang)")
+    return "; ".join(words)
+
+
+def _example(names, combo, case, ours, theirs) -> dict:
+    def side(s):
+        out = {"ok": s["ok"]}
+        if s["ok"]:
+            out["kv_cache_dtype"] = s["kv_cache_dtype"]
+            out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
+        else:
+            out["message"] = s["message"]
+        out["log"] = list(s["log"])
+        if "check" in s:
+            out["check"] = s["check"]
+        if s.get("where"):
+            out["where"] = s["where"]
+        return out
+
+    return {"config": dict(zip(names, combo)), "argv": list(case.argv), "architecture": case.architecture,
+            "platform": case.platform, "capability": list(case.capability),
+            "policy": side(ours), "sglang": side(theirs)}
+
+
+def minimize_known(points: list[tuple], known: set, domains: list[list]) -> list[tuple]:
+    """As compare.minimize, for a sample: a cube may also hold configs that were not run, but no
+    config that was run and fell in another group. Patterns then say what the sample supports."""
+    inside = set(points)
+    covered: set = set()
+    cubes = []
+    for seed in points:
+        if seed in covered:
+            continue
+        cube = [frozenset((v,)) for v in seed]
+        grown = True
+        while grown:
+            grown = False
+            for i, domain in enumerate(domains):
+                for v in domain:
+                    if v in cube[i]:
+                        continue
+                    slice_ = cube[:i] + [frozenset((v,))] + cube[i + 1:]
+                    if all(p in inside or p not in known for p in _known_in(slice_, known)):
+                        cube[i] = cube[i] | {v}
+                        grown = True
+        covered.update(p for p in inside if all(p[k] in cube[k] for k in range(len(cube))))
+        cubes.append(tuple(cube))
+    return cubes
+
+
+def _known_in(cube, known):
+    """The run configs inside a cube (iterating the smaller of the two)."""
+    n = 1
+    for s in cube:
+        n *= len(s)
+    if n <= len(known):
+        return (p for p in itertools.product(*cube) if p in known)
+    return (p for p in known if all(p[k] in cube[k] for k in range(len(cube))))
+
+
+def compare(policy, configs: list[dict], cases: list, results: list, sampled: bool) -> dict:
+    """The JSON form of the comparison (a contract): counts, groups, examples."""
+    names = list(policy.input_names)
+    domains = [spec.domain() for spec in policy.inputs.values()]
+    counts = {"agree": 0, "differ": 0, "out_of_scope": 0}
+    fields = dict.fromkeys(FIELDS, 0)
+    grouped: dict = {}
+    known = set()
+    for config, case, result in zip(configs, cases, results):
+        combo = tuple(config[n] for n in names)
+        known.add(combo)
+        decision = policy.evaluate(config)
+        ours, theirs = sides(policy, decision, result)
+        diff = differing(ours, theirs)
+        if not diff:
+            counts["agree"] += 1
+            continue
+        why = policy.upstream.left_out(result.where) if policy.upstream and not result.ok else None
+        if why is not None:
+            counts["out_of_scope"] += 1
+            key = ("out_of_scope", _function(result.where), why)
+        else:
+            counts["differ"] += 1
+            for f in diff:
+                fields[f] += 1
+            key = ("differ",) + group_key(diff, ours, theirs)
+        entry = grouped.setdefault(key, {"points": [], "example": None})
+        entry["points"].append(combo)
+        if entry["example"] is None:
+            entry["example"] = _example(names, combo, case, ours, theirs)
+    groups, out_of_scope = [], []
+    for key, entry in sorted(grouped.items(), key=lambda kv: -len(kv[1]["points"])):
+        cubes = (minimize_known(entry["points"], known, domains) if sampled
+                 else minimize(entry["points"], domains))
+        common, rests = factor(cubes, domains)
+        many = len(cubes) > 1
+        group = {"count": len(entry["points"]),
+                 "patterns": [cube_json(c, names, domains) for c in cubes],
+                 "where": cube_text(common, names, domains, empty="") if many else "",
+                 "text": [cube_text(c, names, domains) for c in (rests if many else cubes)],
+                 "example": entry["example"]}
+        if key[0] == "out_of_scope":
+            out_of_scope.append(dict(group, at=key[1], why=key[2]))
+        else:
+            groups.append(dict(group, change=describe(key[1:]), fields=[p[0] if p[0] in FIELDS else "backends"
+                                                                          for p in key[1:]]))
+    return {"total": len(configs), "counts": counts, "fields": fields, "conformant": counts["differ"] == 0,
+            "groups": groups, "out_of_scope": out_of_scope}
+
+
+def _side_text(s: dict) -> str:
+    if s["ok"]:
+        b = s["backends"]
+        text = f"accepted kv_cache_dtype={s['kv_cache_dtype']} prefill={b['prefill']} decode={b['decode']}"
+    else:
+        text = f"rejected: {s['message']}"
+    return text + "".join(f"\n        log: {line}" for line in s["log"])
+
+
+def report_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
+    """The report for a person (text) or a document (markdown)."""
+    c = result["counts"]
+    head = (f"{result['policy']['family']}@{result['policy']['version']} vs SGLang {result['sglang']}: "
+            f"{c['agree']:,} of {result['total']:,} configs agree")
+    if c["out_of_scope"]:
+        head += f", {c['out_of_scope']:,} out of scope"
+    if c["differ"]:
+        head += f", {c['differ']:,} differ (" + ", ".join(f"{f} {n:,}" for f, n in result["fields"].items() if n) + ")"
+    scope = []
+    if result.get("sample"):
+        scope.append(f"a stratified sample of {result['sample']['n']:,} (seed {result['sample']['seed']}) "
+                     f"of the {result['domain_size']:,} configs of the declared domain")
+    if result.get("where"):
+        scope.append("where " + " ".join(f"{k}={show(v)}" for k, v in result["where"].items()))
+    lines = []
+    if markdown:
+        lines.append(f"### {head}")
+        if scope:
+            lines += ["", "Configs: " + "; ".join(scope) + "."]
+        for title, groups in (("Differences", result["groups"]), ("Out of scope", result["out_of_scope"])):
+            for g in groups:
+                label = g["change"] if "change" in g else f"rejected at {g['at']}: {g['why']}"
+                where = f", where `{g['where']}`" if g["where"] else ""
+                lines += ["", f"**{title.lower()}** ({g['count']:,}): {label}{where}", ""]
+                lines += [f"- `{t}`" for t in g["text"][:max_patterns]]
+                if len(g["text"]) > max_patterns:
+                    lines.append(f"- ... {len(g['text']) - max_patterns} more patterns (`--format json` lists all)")
+                ex = g["example"]
+                lines.append(f"- e.g. `{' '.join(ex['argv']) or '(no flags)'}` on {ex['architecture']}, "
+                             f"{ex['platform']} SM{ex['capability'][0]}{ex['capability'][1]}")
+        return "\n".join(lines)
+    lines.append(head)
+    if scope:
+        lines.append("configs: " + "; ".join(scope))
+    if result.get("warning"):
+        lines.append("warning: " + result["warning"])
+    for g in result["groups"] + result["out_of_scope"]:
+        label = g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}"
+        lines.append(f"{g['count']:,}: {label}")
+        lines += pattern_lines(g, max_patterns)
+        ex = g["example"]
+        lines.append(f"    e.g. {' '.join(ex['argv']) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
+                     f"SM{ex['capability'][0]}.{ex['capability'][1]}]")
+        lines.append(f"      policy: {_side_text(ex['policy'])}")
+        lines.append(f"      SGLang: {_side_text(ex['sglang'])}")
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""Run many cases through a driver on forked workers.
+
+The parent loads the driver once (SGLang's import and warm-up, 5-8 s), then forks the workers,
+which inherit the imports and the case list; only case indices and Results cross the pipes.
+Results come back in input order. Ctrl-C stops the workers and re-raises KeyboardInterrupt; a
+worker that dies raises WorkerCrashed naming the case it was running; a driver that raises
+(instead of returning a Result) raises DriverError naming the case."""
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import multiprocessing.connection
+import signal
+import traceback
+from collections import deque
+
+from engine.sglang.conform.drivers import resolve
+from engine.sglang.conform.progress import Progress
+
+
+def describe(case) -> str:
+    argv = " ".join(case.argv)
+    extra = f", model {dict(case.model_extra)}" if case.model_extra else ""
+    return (f"{case.architecture} on {case.platform} SM{case.capability[0]}{case.capability[1]}"
+            f"{extra}: {argv or '(no arguments)'}")
+
+
+class WorkerCrashed(RuntimeError):
+    """A worker process died while running a case."""
+
+    def __init__(self, index: int, case, exitcode):
+        self.index, self.case, self.exitcode = index, case, exitcode
+        if exitcode is not None and exitcode < 0:
+            try:
+                how = f"killed by {signal.Signals(-exitcode).name}"
+            except ValueError:
+                how = f"killed by signal {-exitcode}"
+        else:
+            how = f"exit code {exitcode}"
+        super().__init__(f"conform worker died ({how}) on case {index}: {describe(case)}")
+
+
+class DriverError(RuntimeError):
+    """The driver raised on a case instead of returning a Result."""
+
+    def __init__(self, index: int, case, detail: str):
+        self.index, self.case, self.detail = index, case, detail
+        super().__init__(f"the driver failed on case {index} ({describe(case)}): {detail}")
+
+
+def _run_one(driver, index, case):
+    try:
+        return True, driver.run_case(case)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sent back as text: the exception may not pickle
+        tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
+        return False, f"{type(exc).__name__}: {exc}\n{''.join(tail)}"
+
+
+def _worker(driver, cases, conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    try:
+        while True:
+            chunk = conn.recv()
+            if chunk is None:
+                return
+            for index in chunk:
+                ok, value = _run_one(driver, index, cases[index])
+                conn.send((index, ok, value))
+    except (EOFError, BrokenPipeError):
+        return  # the parent went away
+
+
+def _chunk_size(n: int, workers: int) -> int:
+    # small enough to balance the load and keep crash attribution exact, large enough that the
+    # pipe round trips stay well under the ~10 ms a config costs
+    return max(1, min(32, n // (workers * 8) or 1))
+
+
+def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "conform"):
+    """Results of `driver` on `cases`, in input order.
+
+    driver: a driver module, an SGLang version ("0.5.23"), a module name, or None for the
+    installed SGLang's driver. workers: forked processes (0: run in this process). progress: a
+    text stream for the progress line, or None."""
+    driver = resolve(driver)
+    cases = list(cases)
+    bar = Progress(progress, len(cases), label) if progress is not None else None
+    try:
+        driver.load()
+        if workers <= 0 or not cases:
+            results = []
+            for index, case in enumerate(cases):
+                ok, value = _run_one(driver, index, case)
+                if not ok:
+                    raise DriverError(index, case, value)
+                results.append(value)
+                if bar:
+                    bar.update(index + 1)
+            return results
+        return _run_forked(driver, cases, min(workers, len(cases)), bar)
+    finally:
+        if bar:
+            bar.close()
+
+
+def _run_forked(driver, cases, workers, bar):
+    ctx = multiprocessing.get_context("fork")
+    # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
+    # a worker's garbage collector never walks them, which would copy every page they live on
+    gc.freeze()
+    size = _chunk_size(len(cases), workers)
+    todo = deque(range(i, min(i + size, len(cases))) for i in range(0, len(cases), size))
+    results = [None] * len(cases)
+    done = 0
+    procs = []
+    try:
+        for _ in range(workers):
+            parent_end, child_end = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(driver, cases, child_end), daemon=True)
+            proc.start()
+            child_end.close()
+            procs.append({"proc": proc, "conn": parent_end, "pending": deque()})
+        for _ in range(2):  # two chunks in flight per worker, so it never waits for the next one
+            for state in procs:
+                _send_next(state, todo)
+        live = []
+        for state in procs:
+            if state["pending"]:
+                live.append(state)
+            else:  # more workers than chunks
+                _stop(state)
+        while live:
+            ready = multiprocessing.connection.wait(
+                [s["conn"] for s in live] + [s["proc"].sentinel for s in live])
+            for state in list(live):
+                conn, proc = state["conn"], state["proc"]
+                if conn not in ready and proc.sentinel not in ready:
+                    continue
+                gone = False
+                try:
+                    while conn.poll():
+                        index, ok, value = conn.recv()
+                        if not ok:
+                            raise DriverError(index, cases[index], value)
+                        results[index] = value
+                        done += 1
+                        state["pending"].remove(index)
+                except (EOFError, OSError):  # the worker's end closed: it died
+                    gone = True
+                if bar:
+                    bar.update(done)
+                if not state["pending"]:
+                    if not _send_next(state, todo):
+                        live.remove(state)
+                        _stop(state)
+                    continue
+                if gone or proc.sentinel in ready or not proc.is_alive():
+                    proc.join(5)
+                    first = state["pending"][0]
+                    raise WorkerCrashed(first, cases[first], proc.exitcode)
+                if len(state["pending"]) <= size:
+                    _send_next(state, todo)
+        return results
+    finally:
+        for state in procs:
+            if state["proc"].is_alive():
+                state["proc"].terminate()
+        for state in procs:
+            state["proc"].join(5)
+            if state["proc"].is_alive():
+                state["proc"].kill()
+                state["proc"].join(5)
+            state["conn"].close()
+        gc.unfreeze()
+
+
+def _send_next(state, todo) -> bool:
+    """Give the worker the next chunk; False when there is none (and it holds none)."""
+    if todo:
+        chunk = todo.popleft()
+        state["pending"].extend(chunk)
+        try:
+            state["conn"].send(list(chunk))
+        except (BrokenPipeError, OSError):
+            pass  # it died: the crash is reported from its sentinel
+        return True
+    return bool(state["pending"])
+
+
+def _stop(state) -> None:
+    try:
+        state["conn"].send(None)
+    except (BrokenPipeError, OSError):
+        pass

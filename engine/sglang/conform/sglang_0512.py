@@ -1,0 +1,30 @@
+"""Driver for SGLang 0.5.12: PR #23013's HiSparse routing in `srt/arg_groups/hisparse_hook.py`.
+See `prepipeline` for what runs and what is patched. (0.5.12.post1 has the same routing code but is
+not the release this driver was checked on: load() refuses any other installed version.)
+
+The HiSparse check is the release's own entry point, `hisparse_hook.validate_hisparse(sa)` (which
+`ServerArgs.check_server_args` calls; the rest of check_server_args is not run: it reads defaults that
+`__post_init__` fills)."""
+from __future__ import annotations
+
+from engine.sglang.conform.prepipeline import Driver
+
+VERSION = "0.5.12"
+
+
+def _check(server_args):
+    from sglang.srt.arg_groups.hisparse_hook import validate_hisparse
+
+    return validate_hisparse
+
+
+# imported inside _handle_model_specific_adjustments and _set_default_nsa_backends
+LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.hisparse_hook",
+        "sglang.srt.layers.attention.nsa.utils")
+_driver = Driver(VERSION, _check, LAZY)
+
+
+# the driver protocol (drivers.py): module functions bound to this release's driver
+import_sglang = _driver.import_sglang  # import SGLang 0.5.12 with the stand-ins (raises what the import raised)
+load = _driver.load  # import it, build its parser and the model folders (once per process)
+run_case = _driver.run_case

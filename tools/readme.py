@@ -1,0 +1,111 @@
+"""Generated parts of the README, kept true by a test: `python -m tools.readme README.md` rewrites
+every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+from engine.errors import CODES
+
+
+def codes_table() -> str:
+    rows = ["| code | name | meaning |", "|---|---|---|"]
+    rows += [f"| {code} | {slug} | {text} |" for code, (slug, text) in CODES.items()]
+    return "\n".join(rows)
+
+
+CONFORMANCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "conformance")
+
+
+def conformance_table() -> str:
+    """One row per saved `hisparse conform --format json` report in docs/conformance/."""
+    rows = ["| policy | models | run against | configs | agree | out of scope | differ | run time |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+    notes = []
+    for name in sorted(os.listdir(CONFORMANCE)) if os.path.isdir(CONFORMANCE) else []:
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(CONFORMANCE, name), encoding="utf-8") as fh:
+            r = json.load(fh)
+        ref = f"{r['policy']['family']}@{r['policy']['version']}"
+        c = r["counts"]
+        scope = f"{r['total']:,}" + (f" (sample, seed {r['sample']['seed']})" if r.get("sample") else "")
+        minutes = f"{r['seconds'] / 60:.0f} min" if r["seconds"] >= 120 else f"{r['seconds']:.0f} s"
+        rows.append(f"| `{ref}` | {r['policy']['upstream']} | SGLang {r['sglang']} | {scope} | {c['agree']:,} | "
+                    f"{c['out_of_scope']:,} | {c['differ']:,} | {minutes}"
+                    + (f" on {r['workers']} workers" if r.get("workers") else "") + " |")
+        shown = r["groups"][:6]
+        for g in shown:
+            notes.append(f"- `{ref}` vs SGLang {r['sglang']}, {g['count']:,} configs: {g['change']}"
+                         + (f" (where `{g['where']}`)" if g["where"] else
+                            f" (`{g['text'][0]}`)" if len(g["text"]) == 1 else ""))
+        if len(r["groups"]) > len(shown):
+            notes.append(f"- `{ref}` vs SGLang {r['sglang']}: {len(r['groups']) - len(shown)} smaller groups, "
+                         f"{sum(g['count'] for g in r['groups'][len(shown):]):,} configs "
+                         f"(docs/conformance/{name} lists them all)")
+    return "\n".join(rows + ([""] + notes if notes else []))
+
+
+def blocks() -> dict:
+    """name -> generated markdown. Further generators register here (e.g. the routing table)."""
+    from engine.sglang.models import models_table
+
+    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
+    try:
+        from engine.analysis.table import readme_table
+    except ImportError:  # pragma: no cover - the table module is optional during bootstrap
+        pass
+    else:
+        out["routing-table"] = readme_table
+    try:  # in the source tree only: the benchmark results live beside the code, not in the package
+        from bench.report import performance_notes, performance_table
+    except ImportError:
+        pass
+    else:
+        out["performance"] = performance_table
+        out["performance-notes"] = performance_notes
+        from bench.report import accuracy_table
+
+        out["accuracy"] = accuracy_table
+    return out
+
+
+_BLOCK = re.compile(r"(<!-- BEGIN (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END (?P=name) -->)", re.S)
+
+
+def render(text: str) -> str:
+    gens = blocks()
+
+    def sub(m):
+        gen = gens.get(m.group("name"))
+        if gen is None:
+            return m.group(0)
+        return m.group(1) + gen().rstrip("\n") + "\n" + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+def stale_blocks(text: str) -> list[str]:
+    """Names of generated blocks whose text differs from what the generators produce now."""
+    gens = blocks()
+    return [m.group("name") for m in _BLOCK.finditer(text)
+            if m.group("name") in gens and m.group("body").rstrip("\n") != gens[m.group("name")]().rstrip("\n")]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else "README.md"
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    new = render(text)
+    if new != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+        print(f"updated {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
