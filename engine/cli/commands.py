@@ -765,7 +765,7 @@ def _dispatch(argv) -> int:
         print(_usage())
         return OK if argv else ERROR
     if argv[0] == "--version":
-        from engine import __version__
+        from engine.version import __version__
 
         print(f"hisparse {__version__}")
         return OK
