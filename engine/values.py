@@ -37,6 +37,7 @@ def escape_json(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
 MAX_INT_DIGITS = 20  # 64-bit values have at most 19 digits; anything longer is refused unread
 _INT = re.compile(r"[+-]?[0-9]+")
 

@@ -12,11 +12,10 @@ import os
 import sys
 
 from engine.errors import ConfigError, HisparseError, Problem, clip, shown
-from engine.language.inputs import INT_MAX, INT_MIN
 from engine.cli.output import OutputError, Progress, SafeStream, silence
 from engine.policy.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
-from engine.values import escape_json, parse_int
+from engine.values import INT_MAX, INT_MIN, escape_json, parse_int
 
 OK, VIOLATION, ERROR = 0, 1, 2
 

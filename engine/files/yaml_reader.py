@@ -28,7 +28,7 @@ import yaml
 from yaml import events as ev
 
 from engine.errors import Problem, clip, shown
-from engine.language.inputs import INT_MAX, INT_MIN
+from engine.values import INT_MAX, INT_MIN
 from engine.files.reading import (DEFAULT_MAX_BYTES, ReadError, decode_utf8, file_signature, max_file_bytes,  # noqa: F401
                       read_bytes, read_snapshot)  # (re-exported: callers read files through this module)
 

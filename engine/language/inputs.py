@@ -3,7 +3,7 @@ the rule model (model.py) so that a policy loaded from the compiled cache needs 
 the dataclasses module (whose import alone costs more than the rest of a cached load)."""
 from __future__ import annotations
 
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
+from engine.values import INT_MAX, INT_MIN
 
 
 class _Record:

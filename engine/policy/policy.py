@@ -7,9 +7,9 @@ from collections.abc import Iterator, Mapping
 
 from engine.policy.decision import Decision
 from engine.errors import ConfigError, Problem, clip, shown
-from engine.language.inputs import INT_MAX, INT_MIN
 from engine.policy.memo import memoised
 from engine.suggest import closest, did_you_mean, near_miss
+from engine.values import INT_MAX, INT_MIN
 
 
 class Policy:
