@@ -219,6 +219,6 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
 
 
 def _default_policy() -> str:
-    from engine.policy.shipped import default_policy_ref
+    from engine.files.shipped import default_policy_ref
 
     return default_policy_ref()

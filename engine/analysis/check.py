@@ -5,7 +5,7 @@ import os
 import re
 
 from engine.errors import PolicyError, Problem
-from engine.policy.shipped import default_policy_dir
+from engine.files.shipped import default_policy_dir
 
 _POLICY_FILE = re.compile(r"v([0-9]+)\.ya?ml")  # matched whole
 _SKIP_DIRS = {"schema", "tests", "__pycache__"}

@@ -227,7 +227,7 @@ def report_json(results: list[FileResult]) -> dict:
 
 def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResult], list[Problem]]:
     from engine.policy.loader import _display_dir
-    from engine.policy.shipped import policy_root
+    from engine.files.shipped import policy_root
 
     root = policy_root(policy_dir)
     files = test_files(paths, root)

@@ -13,7 +13,7 @@ import sys
 
 from engine.errors import ConfigError, HisparseError, Problem, clip, shown
 from engine.cli.output import OutputError, Progress, SafeStream, silence
-from engine.policy.shipped import DEFAULT_POLICY, policy_ref
+from engine.files.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
 from engine.values import INT_MAX, INT_MIN, escape_json, parse_int
 

@@ -14,7 +14,7 @@ _validators: dict = {}
 
 
 def schema_path(name: str = "policy") -> str:
-    from engine.policy.shipped import shipped_policy_dir
+    from engine.files.shipped import shipped_policy_dir
 
     return os.path.join(shipped_policy_dir(), "schema", f"{name}.schema.json")
 

@@ -48,7 +48,7 @@ def engine_fingerprint() -> str:
     global _fingerprint
     if _fingerprint is None:
         from engine.version import __version__
-        from engine.policy.shipped import shipped_policy_dir
+        from engine.files.shipped import shipped_policy_dir
 
         engine_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         parts = [__version__, sys.version, str(marshal.version)]

@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import engine.policy.cache as cache
 from engine.errors import PolicyError, Problem, clip
-from engine.policy.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
 from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
 from engine.values import parse_int

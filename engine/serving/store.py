@@ -39,7 +39,7 @@ from typing import Mapping
 from engine.policy.decision import Decision
 from engine.errors import PolicyError, Problem
 from engine.policy.loader import VERSION_FILE, _display_dir, duplicate_version, list_families, load_bytes
-from engine.policy.shipped import policy_root
+from engine.files.shipped import policy_root
 from engine.policy.policy import Policy
 from engine.suggest import did_you_mean
 from engine.files.yaml_reader import ReadError, file_signature, max_file_bytes, read_snapshot

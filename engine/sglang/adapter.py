@@ -247,7 +247,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     record, which SGLang has already routed and logged). Returns the Decision."""
     import engine.sglang.resolution as sglang_resolution
     from engine.policy.loader import load_policy
-    from engine.policy.shipped import policy_ref
+    from engine.files.shipped import policy_ref
 
     policy = load_policy(policy_ref(policy))
     logger = logger or logging.getLogger("sglang.srt.server_args")

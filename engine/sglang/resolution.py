@@ -172,7 +172,7 @@ def resolution_step(policy=None, *, dsa_model=None, platform=None, sm_major=None
     it decides, for `run_post_process_pass` to declare. Keyword arguments fix inputs that are
     otherwise read from the machine and the model."""
     from engine.policy.loader import load_policy
-    from engine.policy.shipped import policy_ref
+    from engine.files.shipped import policy_ref
 
     loaded = load_policy(policy_ref(policy))
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-# the engine package folder (this module is engine/policy/shipped.py)
+# the engine package folder (this module is engine/files/shipped.py)
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
