@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engine.policy.decision import Decision, Violation
+from engine.language.decision import Decision, Violation
 from engine.errors import CODES, ConfigError, HisparseError, PolicyError, Problem
 from engine.policy.loader import list_families, load_policy
 from engine.policy.policy import Policy

@@ -34,7 +34,7 @@ _PLAIN = frozenset({str, int, bool, type(None), _Missing})
 
 def memoised(policy, slow):
     """The memoised evaluate(config) of `policy`, falling back to `slow` (the compiled evaluator)."""
-    from engine.policy.decision import Decision
+    from engine.language.decision import Decision
 
     memo: dict = {}
     names = policy.input_names

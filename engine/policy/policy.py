@@ -5,7 +5,7 @@ import _thread
 import itertools
 from collections.abc import Iterator, Mapping
 
-from engine.policy.decision import Decision
+from engine.language.decision import Decision
 from engine.errors import ConfigError, Problem, clip, shown
 from engine.policy.memo import memoised
 from engine.suggest import closest, did_you_mean, near_miss

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from engine.policy.decision import Decision
+from engine.language.decision import Decision
 from engine.errors import PolicyError, Problem
 from engine.policy.loader import VERSION_FILE, _display_dir, duplicate_version, list_families, load_bytes
 from engine.files.shipped import policy_root
