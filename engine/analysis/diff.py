@@ -17,6 +17,7 @@ import collections
 import itertools
 
 import engine.analysis.domain as domain
+from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error, pattern_lines)
 from engine.errors import ConfigError, Problem
@@ -65,8 +66,6 @@ def _eq(x, y) -> bool:
 def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
     """Apply NAME=VALUE restrictions (values typed as the declaring policy types them) to the
     union axes; returns the fixed values by axis name."""
-    from engine.analysis.table import parse_where
-
     fixed = {}
     for item in where or []:
         name = item.partition("=")[0].strip()
@@ -84,18 +83,6 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
             raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
                                        hint=did_you_mean(name, [ax.name for ax in axes]))])
     return fixed
-
-
-MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
-
-
-PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
-
-
-def check_size(size: int, what: str) -> None:
-    if size > MAX_CONFIGS:
-        raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
-                                   "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
 
 
 def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=None) -> dict:

@@ -441,7 +441,8 @@ def cmd_table(argv) -> int:
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
-    from engine.analysis.table import parse_where, routing_rows, table_text
+    from engine.analysis.domain import parse_where
+    from engine.analysis.table import routing_rows, table_text
 
     policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
@@ -676,7 +677,7 @@ def cmd_conform(argv) -> int:
     from engine.sglang.conform import SGLangUnavailable, conform
     from engine.sglang.conform.sample import axes
     from engine.policy.loader import load_policy
-    from engine.analysis.table import parse_where
+    from engine.analysis.domain import parse_where
 
     policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     fixed = parse_where(policy, ns.where)
