@@ -27,6 +27,7 @@ import sys
 from engine.errors import ConfigError, Problem, clip, shown
 from engine.sglang.given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
 from engine.sglang.models import model_family, model_inputs, model_is_dsa  # noqa: F401  (the API names them here)
+from engine.sglang.server_args import ASSERTED_RULES, _attr_names, raise_refusal  # noqa: F401  (as above)
 from engine.suggest import near_miss
 from engine.values import parse_int
 
@@ -215,17 +216,6 @@ def _near_routing_flag(flag: str, known: list, policy) -> str:
 
 
 # -- in place of SGLang's if/else --------------------------------------------------------------
-# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
-# ValueError
-ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
-
-
-def raise_refusal(decision):
-    """Raise what SGLang raises for the decision's first violation."""
-    first = decision.violations[0]
-    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
-
-
 def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
     """Route `server_args` by the policy.
 
@@ -293,14 +283,6 @@ def resolution_step(policy=None, **env):
     from engine.sglang.resolution import resolution_step as step
 
     return step(policy, **env)
-
-
-def _attr_names(policy, name: str) -> list[str]:
-    """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
-    deprecated flags' (older SGLang objects)."""
-    spec = policy.inputs[name]
-    names = [name] + [f[2:].replace("-", "_") for f in tuple(spec.flags) + tuple(spec.deprecated)]
-    return list(dict.fromkeys(names))
 
 
 def _detected(policy) -> dict:

@@ -106,7 +106,7 @@ def decide(obj, policy, env: dict):
     engine/sglang/given.py as every other source is; what SGLang finds on the machine and in the model
     comes first, the keyword arguments last."""
     from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-    from engine.sglang.adapter import _attr_names, raise_refusal
+    from engine.sglang.server_args import _attr_names, raise_refusal
 
     read = _reader(obj)
     attrs: dict = {}
