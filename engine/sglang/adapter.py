@@ -27,7 +27,7 @@ import sys
 from engine.errors import ConfigError, Problem, clip, shown
 from engine.sglang.given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
 from engine.sglang.models import model_family, model_inputs, model_is_dsa  # noqa: F401  (the API names them here)
-from engine.sglang.server_args import ASSERTED_RULES, _attr_names, raise_refusal  # noqa: F401  (as above)
+from engine.sglang.server_args import ASSERTED_RULES, attr_names, raise_refusal  # noqa: F401  (as above)
 from engine.suggest import near_miss
 from engine.values import parse_int
 
@@ -251,7 +251,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     # one input with different values are an error, not a silent pick)
     attrs: dict = {}
     for name, spec in policy.inputs.items():
-        present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
+        present = [a for a in attr_names(policy, name) if hasattr(server_args, a)]
         values = {a: getattr(server_args, a) for a in present if getattr(server_args, a) is not None}
         if values:
             attrs.update(values)
@@ -269,7 +269,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     if not decision.ok:
         raise_refusal(decision)
     for name, value in decision.config.items():
-        for attr in _attr_names(policy, name):
+        for attr in attr_names(policy, name):
             if hasattr(server_args, attr):
                 setattr(server_args, attr, value)
     for line in decision.log:

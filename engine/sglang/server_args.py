@@ -14,7 +14,7 @@ def raise_refusal(decision):
     raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
 
 
-def _attr_names(policy, name: str) -> list[str]:
+def attr_names(policy, name: str) -> list[str]:
     """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
     deprecated flags' (older SGLang objects)."""
     spec = policy.inputs[name]
