@@ -1,17 +1,18 @@
-"""From a schema-valid policy document to the policy's parts, checking every name and value
-against the declarations. All problems are collected; each carries the file:line:col of the
-offending node."""
+"""From a policy file to the policy's parts: parsed, checked against the schema, then every name
+and value against the declarations. All problems are collected; each carries the file:line:col
+of the offending node."""
 from __future__ import annotations
 
 import os
 import re
 
 from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
-from engine.errors import Problem
+from engine.errors import PolicyError, Problem
 from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
-from engine.files.yaml_reader import Document
+from engine.files.yaml_reader import Document, ReadError, decode_utf8, parse_yaml
+from engine.language.schema import schema_problems
 
 # names a policy may not give to an input or phase: condition keywords, the names bound in
 # per-phase checks, and the keys of a decision's JSON form
@@ -30,6 +31,34 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
                             "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
+
+
+def parse_document(data: bytes, display: str, digest: str) -> Document:
+    """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
+    try:
+        return parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+
+
+def checked_parts(doc: Document, schema: bool = True) -> "Parts":
+    """The parts of a parsed policy file, after the schema (`schema` False: bytes that passed it
+    before) and every name and value check. Raises PolicyError listing every problem."""
+    if not isinstance(doc.data, dict):
+        kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
+        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
+    problems = schema_problems(doc) if schema else []
+    if problems:
+        raise PolicyError(_sorted(problems))
+    builder = Builder(doc)
+    parts = builder.build()
+    if builder.problems:
+        raise PolicyError(_sorted(builder.problems))
+    return parts
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
 
 
 class Parts:

@@ -161,34 +161,9 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
     """Parse, schema-check, check names and values, and compile. Raises PolicyError. `schema`:
     False only for bytes that passed the schema before (a cache entry exists for them)."""
-    from engine.files.yaml_reader import decode_utf8, parse_yaml
+    from engine.language.parts import parse_document
 
-    try:
-        doc = parse_yaml(decode_utf8(data, display), display, digest)
-    except ReadError as exc:
-        raise PolicyError(exc.problems) from None
-    return compile_document(doc, path, schema)
-
-
-def compile_document(doc, path: str = "", schema: bool = True) -> Policy:
-    from engine.language.parts import Builder
-    from engine.language.schema import schema_problems
-
-    if not isinstance(doc.data, dict):
-        kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
-        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
-    problems = schema_problems(doc) if schema else []
-    if problems:
-        raise PolicyError(_sorted(problems))
-    builder = Builder(doc)
-    parts = builder.build()
-    if builder.problems:
-        raise PolicyError(_sorted(builder.problems))
-    return Policy(parts, doc.file, doc.sha256, path or doc.file, doc)
-
-
-def _sorted(problems: list[Problem]) -> list[Problem]:
-    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
+    return Policy.from_document(parse_document(data, display, digest), path, schema)
 
 
 def clear_cache() -> None:

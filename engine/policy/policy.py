@@ -101,6 +101,14 @@ class Policy:
                 "probe": self._probe_code(False)}
 
     @classmethod
+    def from_document(cls, doc, path: str = "", schema: bool = True) -> "Policy":
+        """A policy from a parsed file: checked (see language/parts.checked_parts) and compiled.
+        Raises PolicyError."""
+        from engine.language.parts import checked_parts
+
+        return cls(checked_parts(doc, schema), doc.file, doc.sha256, path or doc.file, doc)
+
+    @classmethod
     def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
         """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
         rest of the model (rules, tables, the parsed document) is built from `data`, the file's
@@ -131,10 +139,11 @@ class Policy:
             with _FULL_MODEL:
                 data = self.__dict__.pop("_data", None)
                 if data is not None:
-                    from engine.policy.loader import compile_bytes
+                    from engine.language.parts import parse_document
 
                     try:
-                        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+                        full = Policy.from_document(parse_document(data, self.file, self.sha256), self.path,
+                                                    schema=False)
                     except BaseException:
                         self._data = data
                         raise
