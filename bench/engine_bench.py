@@ -13,7 +13,7 @@ from bench.common import ROOT, child_env, goal, interleaved, processes, write_re
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 PY = sys.executable
-CLI = [PY, "-m", "engine.cli"]
+CLI = [PY, "-m", "kernels_bridge.cli"]  # `hisparse`, as the console script starts it
 
 
 def decision_cost(quick: bool) -> tuple[dict, dict]:
@@ -69,7 +69,7 @@ def startup(quick: bool, cache_dir: str) -> tuple[dict, dict]:
         samples = [float(subprocess.run(_first_load_argv("nsa-backends@3"), capture_output=True, text=True,
                                         cwd=ROOT, env=e, check=True).stdout) for _ in range(5 if quick else 15)]
         loads[name] = sorted(samples)[len(samples) // 2] * 1e3
-    probe = ("import sys; from engine.cli.commands import main; main(['evaluate', '--format', 'json']); "
+    probe = ("import sys; from kernels_bridge.cli import main; main(['evaluate', '--format', 'json']); "
              "print('TORCH', 'torch' in sys.modules)")
     out = subprocess.run([PY, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env).stdout
     torch_loaded = "TORCH True" in out

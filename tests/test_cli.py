@@ -212,6 +212,7 @@ def test_progress_lines_suit_the_stream():
 def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
     """No policy input may take a command's own option as its flag (`hisparse check` refuses it
     with E309), so that a policy can never collide with a command's parser."""
+    import kernels_bridge.cli  # noqa: F401  (adds attend and doctor to the table)
     from engine.cli import commands as cli
     from engine.language.parts import RESERVED_FLAGS
 

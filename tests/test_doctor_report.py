@@ -74,7 +74,7 @@ def test_report_never_raises(monkeypatch):
 
 
 BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; {numpy}"
-               "from engine.cli.commands import main; sys.exit(main({argv!r}))")
+               "from kernels_bridge.cli import main; sys.exit(main({argv!r}))")
 
 
 @pytest.mark.parametrize("numpy_missing", [False, True])

@@ -84,7 +84,7 @@ def normalized(text: str) -> str:
 def run_hisparse(command: str):
     argv = shlex.split(command)
     assert argv[0] == "hisparse"
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", *argv[1:]], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", *argv[1:]], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=300)
     return proc.returncode, proc.stdout
 
