@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from engine.cli.commands import main as engine_main, register
-from engine.cli.options import (ERROR, OK, VIOLATION, UsageError, _emit_json, _Parser, _pre_policy,
+from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
 from engine.cli.output import Progress
 from engine.errors import shown
@@ -23,13 +23,13 @@ BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.1
 
 
 def cmd_attend(argv) -> int:
-    policy = _pre_policy(argv)
-    parser = _Parser(prog="hisparse attend",
-                     description="A synthetic DSA decode workload end to end: the policy picks the decode "
-                                 "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
-                                 "HiSparse is on and the radix cache off unless the flags say otherwise; "
-                                 "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
-                                 "2048 and 2 x top-k), checked by the policy with the rest of the config.")
+    policy = policy_from_argv(argv)
+    parser = Parser(prog="hisparse attend",
+                    description="A synthetic DSA decode workload end to end: the policy picks the decode "
+                                "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
+                                "HiSparse is on and the radix cache off unless the flags say otherwise; "
+                                "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
+                                "2048 and 2 x top-k), checked by the policy with the rest of the config.")
     add_policy_options(parser)
     w = parser.add_argument_group("workload")
     w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
@@ -103,7 +103,7 @@ def cmd_attend(argv) -> int:
               "--max-memory", file=sys.stderr)
         return ERROR
     if ns.format == "json":
-        _emit_json(report)
+        emit_json(report)
     else:
         print(report_text(report))
     return OK
@@ -121,9 +121,9 @@ def _workload_value(policy, config: dict, name: str, own):
 
 
 def cmd_doctor(argv) -> int:
-    parser = _Parser(prog="hisparse doctor",
-                     description="What the kernel bridge can run here: torch, CUDA, the device, flash_mla "
-                                 "(and why not), and which provider each backend uses.")
+    parser = Parser(prog="hisparse doctor",
+                    description="What the kernel bridge can run here: torch, CUDA, the device, flash_mla "
+                                "(and why not), and which provider each backend uses.")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     ns = parser.parse_args(argv)
     try:
@@ -134,7 +134,7 @@ def cmd_doctor(argv) -> int:
     else:
         report = doctor_report()
     if ns.format == "json":
-        _emit_json(report)
+        emit_json(report)
     else:
         print(render_doctor(report))
     return OK if report["bridge"]["usable"] else VIOLATION

@@ -4,10 +4,10 @@ from __future__ import annotations
 import sys
 
 from engine.errors import ConfigError, Problem
-from engine.cli.options import ERROR, OK, VIOLATION, _emit_json
+from engine.cli.options import ERROR, OK, VIOLATION, emit_json
 
 
-def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
+def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
     """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
     at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
     own error object and every other line is still evaluated, in order. The source is a regular
@@ -35,14 +35,14 @@ def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | 
                 raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
                                            "bytes without a newline; stopped reading", source,
                                            hint="one JSON object per line")])
-            result, status, decision, given = _batch_line(policy, base, said, line, number)
+            result, status, decision, given = batch_line(policy, base, said, line, number)
             if record and decision is not None:
                 from engine.serving.records import append_records
 
                 append_records(record, [decision], [given])
             worst = max(worst, status)
             if fmt == "json":
-                _emit_json(result)
+                emit_json(result)
             else:
                 print(_batch_text(policy, result, number))
             if source == "-":  # a pipe: answer each line as it comes
@@ -53,7 +53,7 @@ def _batch(policy, base: list, said: list, source: str, fmt: str, record: str | 
     return worst
 
 
-def _batch_line(policy, base, said, line, number: int):
+def batch_line(policy, base, said, line, number: int):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}

@@ -11,8 +11,7 @@ import os
 import sys
 
 from engine.errors import HisparseError, clip, shown
-from engine.cli.batch import _batch
-from engine.cli.options import (ERROR, OK, VIOLATION, UsageError, _emit_json, _Parser, _pre_policy,
+from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
                                 print_problems, split_launch)
 from engine.cli.output import OutputError, Progress, SafeStream, silence
@@ -23,11 +22,11 @@ from engine.suggest import did_you_mean
 # -- commands ------------------------------------------------------------------------------------
 def cmd_evaluate(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = _pre_policy(argv)
-    parser = _Parser(prog="hisparse evaluate",
-                     usage="hisparse evaluate [options] [-- python -m sglang.launch_server ARGS...]",
-                     description="Decide the attention backends for a server config and check it. The config "
-                                 "comes from flags, --config FILE, --batch, or an SGLang launch command after --.")
+    policy = policy_from_argv(argv)
+    parser = Parser(prog="hisparse evaluate",
+                    usage="hisparse evaluate [options] [-- python -m sglang.launch_server ARGS...]",
+                    description="Decide the attention backends for a server config and check it. The config "
+                                "comes from flags, --config FILE, --batch, or an SGLang launch command after --.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     parser.add_argument("--batch", metavar="FILE", help="JSON Lines of configs ('-' = stdin); one JSON "
@@ -45,14 +44,16 @@ def cmd_evaluate(argv) -> int:
 
         check_record_target(ns.record)
     if ns.batch:
-        return _batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
+        from engine.cli.batch import run_batch
+
+        return run_batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
     decision = policy.evaluate(g.config)
     if ns.record:
         from engine.serving.records import append_records
 
         append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
-        _emit_json(decision.to_dict())
+        emit_json(decision.to_dict())
     else:
         from engine.cli.render import decision_text
 
@@ -63,10 +64,10 @@ def cmd_evaluate(argv) -> int:
 
 def cmd_explain(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = _pre_policy(argv)
-    parser = _Parser(prog="hisparse explain",
-                     usage="hisparse explain [options] [-- python -m sglang.launch_server ARGS...]",
-                     description="Show every stage, rule and check the policy tried for a config, and why.")
+    policy = policy_from_argv(argv)
+    parser = Parser(prog="hisparse explain",
+                    usage="hisparse explain [options] [-- python -m sglang.launch_server ARGS...]",
+                    description="Show every stage, rule and check the policy tried for a config, and why.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
@@ -80,9 +81,9 @@ def cmd_explain(argv) -> int:
 
 
 def cmd_check(argv) -> int:
-    parser = _Parser(prog="hisparse check",
-                     description="Check policy files: YAML, schema, names and values, then lint over the "
-                                 "whole declared domain. One line per problem: FILE:LINE:COL: CODE: message.")
+    parser = Parser(prog="hisparse check",
+                    description="Check policy files: YAML, schema, names and values, then lint over the "
+                                "whole declared domain. One line per problem: FILE:LINE:COL: CODE: message.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="policy files or folders (default: the shipped policies)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-deep", dest="deep", action="store_false",
@@ -96,7 +97,7 @@ def cmd_check(argv) -> int:
         print(f"note: {note}", file=sys.stderr)
     problems = [p for _, probs in results for p in probs]
     if ns.format == "json":
-        _emit_json({"ok": not problems, "files": [
+        emit_json({"ok": not problems, "files": [
             {"file": f, "ok": not probs, "problems": [p.to_dict() for p in probs]} for f, probs in results]})
     else:
         for p in problems:
@@ -108,9 +109,9 @@ def cmd_check(argv) -> int:
 
 
 def cmd_diff(argv) -> int:
-    parser = _Parser(prog="hisparse diff",
-                     description="Evaluate two policies over the whole declared input domain and show every "
-                                 "config whose outcome changes, grouped into patterns.")
+    parser = Parser(prog="hisparse diff",
+                    description="Evaluate two policies over the whole declared input domain and show every "
+                                "config whose outcome changes, grouped into patterns.")
     parser.add_argument("a", metavar="A", help="the policy now (FAMILY@N or a file)")
     parser.add_argument("b", metavar="B", help="the policy to compare with")
     add_policy_options(parser, with_ref=False)
@@ -127,16 +128,16 @@ def cmd_diff(argv) -> int:
     result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
                   progress=Progress("diff: configs", 0))
     if ns.format == "json":
-        _emit_json(result)
+        emit_json(result)
     else:
         print(diff_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
     return OK if result["equivalent"] else VIOLATION
 
 
 def cmd_table(argv) -> int:
-    parser = _Parser(prog="hisparse table",
-                     description="The routing table a policy implies: default and allowed backends of each "
-                                 "phase for every combination of the other inputs.")
+    parser = Parser(prog="hisparse table",
+                    description="The routing table a policy implies: default and allowed backends of each "
+                                "phase for every combination of the other inputs.")
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="fix an input (repeatable), e.g. --where dsa_model=true")
@@ -149,15 +150,15 @@ def cmd_table(argv) -> int:
     policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
     if ns.format == "json":
-        _emit_json(result)
+        emit_json(result)
     else:
         print(table_text(policy, result, markdown=ns.format == "markdown"))
     return OK
 
 
 def cmd_test(argv) -> int:
-    parser = _Parser(prog="hisparse test",
-                     description="Run policy test cases (<family>/tests/v<N>.yaml) and report rule coverage.")
+    parser = Parser(prog="hisparse test",
+                    description="Run policy test cases (<family>/tests/v<N>.yaml) and report rule coverage.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="test files or folders (default: the shipped policies)")
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
     parser.add_argument("--min-coverage", type=float, metavar="PCT", help="fail when a policy's rule coverage is below PCT")
@@ -171,16 +172,16 @@ def cmd_test(argv) -> int:
         return ERROR
     text, ok = report_text(results, ns.min_coverage)
     if ns.format == "json":
-        _emit_json(report_json(results))
+        emit_json(report_json(results))
     else:
         print(text)
     return OK if ok else VIOLATION
 
 
 def cmd_replay(argv) -> int:
-    parser = _Parser(prog="hisparse replay",
-                     description="Re-evaluate the inputs of recorded decisions (--record) against a policy and "
-                                 "show what would change.")
+    parser = Parser(prog="hisparse replay",
+                    description="Re-evaluate the inputs of recorded decisions (--record) against a policy and "
+                                "show what would change.")
     parser.add_argument("file", metavar="FILE", help="a record file written by --record (or a pipe)")
     add_policy_options(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -196,7 +197,7 @@ def cmd_replay(argv) -> int:
     result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
                     max_records=max(ns.max_records, 0))
     if ns.format == "json":
-        _emit_json(result)
+        emit_json(result)
     else:
         print(replay_text(result))
     if result["problems"]:
@@ -205,12 +206,12 @@ def cmd_replay(argv) -> int:
 
 
 def cmd_conform(argv) -> int:
-    parser = _Parser(prog="hisparse conform",
-                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
-                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
-                                 "a stratified sample, and compare with the policy: acceptance, message, resolved "
-                                 "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
-                                 "SGLang unavailable.")
+    parser = Parser(prog="hisparse conform",
+                    description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
+                                "check_server_args, --hisparse-config) on every config of the policy's domain, or "
+                                "a stratified sample, and compare with the policy: acceptance, message, resolved "
+                                "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
+                                "SGLang unavailable.")
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="run only configs with this input value (repeatable)")
@@ -246,7 +247,7 @@ def cmd_conform(argv) -> int:
     if result["warning"] and ns.format != "text":
         print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
     if ns.format == "json":
-        _emit_json(result)
+        emit_json(result)
     else:
         print(report_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
     return OK if result["conformant"] else VIOLATION

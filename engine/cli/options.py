@@ -19,7 +19,7 @@ class UsageError(Exception):
     """Bad command-line usage (exit 2)."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
         super().__init__(*args, **kw)
@@ -51,8 +51,10 @@ def int_arg(text: str) -> int:
 
 
 # -- policy-driven options ----------------------------------------------------------------------
-def _pre_policy(argv):
-    pre = _Parser(add_help=False)
+def policy_from_argv(argv):
+    """The policy the command line names (--policy, --policy-dir), read before the command's own
+    parser is built: the policy's inputs are options of that parser."""
+    pre = Parser(add_help=False)
     pre.add_argument("--policy")
     pre.add_argument("--policy-dir")
     ns, _ = pre.parse_known_args(argv)
@@ -204,5 +206,5 @@ def print_problems(problems, stream=None) -> None:
         print(str(p), file=stream)
 
 
-def _emit_json(obj) -> None:
+def emit_json(obj) -> None:
     sys.stdout.write(escape_json(json.dumps(obj, ensure_ascii=False)) + "\n")
