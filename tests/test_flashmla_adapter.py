@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from bench.gpu_check import check
+from kernels_bridge.gpu_check import check
 from kernels_bridge import (ProviderUnavailable, ValidationError, flashmla, flashmla_status,
                             quantize_kv_fp8, run_backend, sparse_decode_fp8, sparse_prefill)
 import tests.oracles.fake_flash_mla as fake_flash_mla

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.gpu_check import allclose_report, check
+from kernels_bridge.gpu_check import allclose_report, check
 from kernels_bridge import quantize_kv_fp8, reference, sparse_decode_fp8, sparse_prefill
 import tests.oracles.bridge_oracle as oracle
 
