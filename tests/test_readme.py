@@ -154,27 +154,6 @@ def test_json_decision_example_is_real_output():
     assert real == shown
 
 
-def test_a_quick_bench_never_writes_the_committed_results(tmp_path, monkeypatch):
-    """`make bench-quick` (python -m bench --quick) writes bench/results-quick/, which git ignores;
-    the README's figures come from bench/results/, which only a full run replaces."""
-    from bench import common
-
-    committed, quick = tmp_path / "results", tmp_path / "results-quick"
-    monkeypatch.setattr(common, "_output", common._output)  # put back after the test
-    monkeypatch.setattr(common, "RESULTS", str(committed))
-    monkeypatch.setattr(common, "QUICK_RESULTS", str(quick))
-    common.use_output(True)
-    try:
-        path = common.write_result("engine", {"x": 1}, {}, quick=True)
-        assert path == str(quick / "engine.json") and not committed.exists()
-        assert common.output_dir() == str(quick)
-    finally:
-        common.use_output(False)
-    assert common.write_result("engine", {"x": 1}, {}, quick=True).startswith(str(quick))
-    assert "bench/results-quick/" in read(".gitignore").split()
-    assert "bench --quick" in read("Makefile")
-
-
 def test_python_api_example_values_are_real():
     """In the API example, a line `expr  # literal` claims that expr evaluates to literal (a set
     literal: to a mapping with those keys)."""
