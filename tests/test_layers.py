@@ -228,22 +228,25 @@ def test_every_layered_module_is_found_and_in_a_layer(repository):
 
 
 def test_no_import_cycles(repository):
-    assert cycles(repository) == []
+    found = cycles(repository)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_imports_go_down_the_layers(repository):
-    assert layer_problems(repository) == []
+    found = layer_problems(repository)
+    assert not found, "\n".join(found)
 
 
 def test_engine_never_names_kernels_bridge(repository):
-    assert [(m, t) for m, ts in repository.items() if _top(m) == "engine"
-            for t, _ in ts if _top(t) == "kernels_bridge"] == []
+    found = [f"{m}:{line} -> {t}" for m, ts in repository.items() if _top(m) == "engine"
+             for t, line in ts if _top(t) == "kernels_bridge"]
+    assert not found, "\n".join(found)
 
 
 def test_no_python_of_the_repository_changes_sys_path():
     found = [f"{path.relative_to(ROOT)}:{line}" for path in python_files(ROOT)
              for line in sys_path_changes(path.read_text(encoding="utf-8"))]
-    assert found == []
+    assert not found, "sys.path changed at:\n" + "\n".join(found)
 
 
 # -- the checker on a small synthetic tree: it finds what it must -------------------------------
