@@ -160,7 +160,7 @@ def performance_notes() -> str:
     anchors = (f", next to FlashMLA's published\n  {published['sparse_prefill']} (sparse prefill) and "
                f"{published['sparse_decode_fp8']} (FP8 sparse decode) TFLOPS on {published['gpu']}"
                if published else "")
-    lines.append(f"""- **GPU**: `bench/gpu_check.py` measures the bridge against direct `flash_mla` calls (per-call
+    lines.append(f"""- **GPU**: the GPU check (`kernels_bridge/gpu_check.py`) measures the bridge against direct `flash_mla` calls (per-call
   overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes{anchors}. No GPU was available where
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
   it on a GPU machine as the kernel bridge section says.""")
