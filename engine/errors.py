@@ -116,7 +116,16 @@ class Problem(namedtuple("Problem", "code message file line col hint", defaults=
         return out
 
 
-class HisparseError(Exception):
+class EngineError(Exception):
+    """Root of every exception class the engine defines, so `except EngineError` catches each of
+    them (tests/test_error_hierarchy.py keeps it so). HisparseError and its subclasses carry
+    problems; the rest carry a message and keep the builtin base callers catch them by
+    (TemplateSyntaxError and UnknownVersion are ValueErrors, WorkerCrashed and DriverError
+    RuntimeErrors). The CLI's exit code is chosen per class, not by this root. One class stays
+    outside: conform's prepipeline.ParserError is a SystemExit, as argparse's own exit is."""
+
+
+class HisparseError(EngineError):
     """Base of the engine's documented errors: one or more problems."""
 
     def __init__(self, problems):

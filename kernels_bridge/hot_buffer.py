@@ -68,6 +68,7 @@ from typing import Iterable, Optional, Union
 
 import torch
 
+from kernels_bridge.errors import ValidationError
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
@@ -83,9 +84,10 @@ _INT32_MAX = 2**31 - 1
 _STAGING_BYTES = 8 << 20  # about 12k FP8 or 7k BF16 rows per chunk
 
 
-class HotBufferError(ValueError):
+class HotBufferError(ValidationError):
     """An argument of :class:`HotBuffer` is invalid; the message names it, what it got and what
-    was expected. Raised before any state changes."""
+    was expected. Raised before any state changes. A ValidationError, so a BridgeError and a
+    ValueError."""
 
 
 @dataclass(frozen=True)

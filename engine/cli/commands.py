@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from engine.errors import ConfigError, HisparseError, Problem, clip, shown
+from engine.errors import ConfigError, EngineError, HisparseError, Problem, clip, shown
 from engine.language.inputs import INT_MAX, INT_MIN
 from engine.cli.output import OutputError, Progress, SafeStream, silence
 from engine.policy.shipped import DEFAULT_POLICY, policy_ref
@@ -21,7 +21,7 @@ from engine.values import escape_json, parse_int
 OK, VIOLATION, ERROR = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(EngineError):
     """Bad command-line usage (exit 2)."""
 
 
@@ -569,7 +569,6 @@ def cmd_attend(argv) -> int:
             raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
         torch.set_num_threads(ns.threads)
     from kernels_bridge.errors import BridgeError
-    from kernels_bridge.hot_buffer import HotBufferError
     from kernels_bridge.resources import parse_size
     from kernels_bridge.workload import Workload, report_text, run
 
@@ -583,7 +582,7 @@ def cmd_attend(argv) -> int:
                     ns.seed, ns.provider, ns.device)
     try:
         report = run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes)
-    except (BridgeError, HotBufferError) as exc:
+    except BridgeError as exc:
         print(f"hisparse attend: {exc}", file=sys.stderr)
         return ERROR
     except MemoryError:
