@@ -63,25 +63,6 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
-def clip(text: str, limit: int = 80) -> str:
-    """`text` cut to about `limit` characters for a message: a key or value from a hostile file
-    can be a megabyte long, and a message must stay one readable line."""
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 3]}... ({len(text)} characters)"
-
-
-def shown(value, limit: int = 80) -> str:
-    """repr() of a value from a file or a config, clipped (see clip). Never raises: an API caller's
-    value may be an integer too long to print or nested too deep for repr."""
-    try:
-        text = repr(value)
-    except Exception:  # ValueError (int digits limit), RecursionError, a failing __repr__
-        text = (f"<an integer of {value.bit_length()} bits>" if isinstance(value, int)
-                else f"<a {type(value).__name__}>")
-    return clip(text, limit)
-
-
 class Problem(namedtuple("Problem", "code message file line col hint", defaults=("", 0, 0, ""))):
     """One thing wrong. `line`/`col` are 1-based; 0 when the problem has no position. (A named
     tuple rather than a dataclass: every load imports this module, and the dataclasses module

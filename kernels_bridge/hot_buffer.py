@@ -68,7 +68,7 @@ from typing import Iterable, Optional, Union
 
 import torch
 
-from kernels_bridge.errors import ValidationError
+from kernels_bridge.errors import ValidationError, shown
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
@@ -183,7 +183,7 @@ class HotBuffer:
             except TypeError:
                 ok = False
             if not ok:
-                raise HotBufferError(f"{name}: got {value!r}; expected an int >= 1")
+                raise HotBufferError(f"{name}: got {shown(value)}; expected an int >= 1")
         buffer_size, page_size = operator.index(buffer_size), operator.index(page_size)
         if buffer_size % page_size:
             raise HotBufferError(
@@ -394,7 +394,7 @@ class HotBuffer:
             0 <= seq_len <= self._max_seq_len
         ):
             raise HotBufferError(
-                f"seq_len: got {seq_len!r}; expected an int in [0, {self._max_seq_len}]"
+                f"seq_len: got {shown(seq_len)}; expected an int in [0, {self._max_seq_len}]"
             )
         rid = torch.tensor([r], device=self._device)
         lens = torch.tensor([seq_len], device=self._device)
@@ -436,7 +436,7 @@ class HotBuffer:
         if isinstance(req_id, torch.Tensor) and req_id.numel() == 1 and req_id.dtype in _INT_DTYPES:
             req_id = int(req_id)
         if isinstance(req_id, bool) or not isinstance(req_id, int):
-            raise HotBufferError(f"req_id: got {req_id!r}; expected an int in [0, {self._num_requests})")
+            raise HotBufferError(f"req_id: got {shown(req_id)}; expected an int in [0, {self._num_requests})")
         if not 0 <= req_id < self._num_requests:
             raise HotBufferError(f"req_id: got {req_id}; expected an int in [0, {self._num_requests})")
         return req_id
@@ -455,7 +455,7 @@ class HotBuffer:
                 items = list(req_ids)
             except TypeError:
                 raise HotBufferError(
-                    f"req_ids: got {req_ids!r}; expected an int or a sequence of ints"
+                    f"req_ids: got {shown(req_ids)}; expected an int or a sequence of ints"
                 ) from None
             for v in items:
                 self._check_req_scalar(v)

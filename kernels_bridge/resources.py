@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from kernels_bridge.errors import ValidationError
+from kernels_bridge.errors import ValidationError, shown
 
 __all__ = ["resolve_device", "memory_budget", "parse_size", "format_bytes", "MEMORY_FRACTION"]
 
@@ -33,7 +33,7 @@ def resolve_device(device, argument: str = "device", error=ValidationError) -> t
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise error(f"{argument}: {_shown(device)} is not a device name (cpu, cuda, cuda:N): "
+            raise error(f"{argument}: {shown(device)} is not a device name (cpu, cuda, cuda:N): "
                         f"{exc}", argument=argument) from None
     if dev.type == "cpu":
         return dev
@@ -116,11 +116,3 @@ def format_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
-
-
-def _shown(value) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a failing repr must not hide the error being reported
-        text = f"<a {type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."

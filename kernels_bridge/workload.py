@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels_bridge.dispatch import BACKENDS, attend
-from kernels_bridge.errors import ValidationError
+from kernels_bridge.errors import ValidationError, shown
 from kernels_bridge.fp8 import BF16_ROW_BYTES, FP8_ROW_BYTES, quantize_kv_fp8
 from kernels_bridge.hot_buffer import HotBuffer
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
@@ -162,7 +162,7 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> d
     w.check(max_bytes, budget)
     backend = decision.backends.get("decode")
     if backend not in BACKENDS:
-        raise ValidationError(f"backend: the policy chose {backend!r} for decode; the bridge runs "
+        raise ValidationError(f"backend: the policy chose {shown(backend)} for decode; the bridge runs "
                               f"{', '.join(repr(b) for b in BACKENDS)}", argument="backend")
     fp8 = backend == "flashmla_kv"
     multiple = 64 if fp8 else 128

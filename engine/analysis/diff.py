@@ -20,7 +20,7 @@ import engine.analysis.domain as domain
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error, pattern_lines)
 from engine.errors import ConfigError, Problem
-from engine.values import show as _show
+from engine.values import show as _show, shown
 
 
 class Axis:
@@ -81,7 +81,7 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
         else:
             from engine.suggest import did_you_mean
 
-            raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: no input {shown(name)} in either policy",
                                        hint=did_you_mean(name, [ax.name for ax in axes]))])
     return fixed
 

@@ -10,7 +10,7 @@ import itertools
 
 from engine.analysis.outcomes import cube_terms, minimize
 from engine.errors import ConfigError, Problem
-from engine.values import parse_int
+from engine.values import parse_int, show as _show, shown
 
 
 def parse_where(policy, items: list[str]) -> dict:
@@ -22,7 +22,7 @@ def parse_where(policy, items: list[str]) -> dict:
         if not sep or key is None:
             from engine.suggest import did_you_mean
 
-            raise ConfigError([Problem("C501", f"--where {item!r}: expected NAME=VALUE with a declared input",
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE with a declared input",
                                        hint=did_you_mean(name.strip(), policy.input_names))])
         spec = policy.inputs[key]
         text = text.strip()
@@ -33,7 +33,6 @@ def parse_where(policy, items: list[str]) -> dict:
         elif spec.type == "int":
             value = parse_int(text)
             if value is None:
-                from engine.errors import shown
 
                 raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
                                                    "64-bit integer")])
@@ -140,14 +139,6 @@ def _terms(cube, axes, domains):
             values = [v for v in domain if v not in values]
         out.append((name, values, op))
     return out
-
-
-def _show(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
 
 
 def _cell(values: list | None) -> str:

@@ -11,12 +11,12 @@ import json
 import os
 import sys
 
-from engine.errors import ConfigError, EngineError, HisparseError, Problem, clip, shown
+from engine.errors import ConfigError, EngineError, HisparseError, Problem
 from engine.language.inputs import INT_MAX, INT_MIN
 from engine.cli.output import OutputError, Progress, SafeStream, silence
 from engine.policy.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
-from engine.values import escape_json, parse_int
+from engine.values import clip, escape_json, kind, parse_int, shown
 
 OK, VIOLATION, ERROR = 0, 1, 2
 
@@ -335,7 +335,7 @@ def _batch_line(policy, base, said, line, number: int):
             message = "not JSON: " + message[len("JSON syntax: "):]
         return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
-        return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
+        return bad([Problem("C505", f"a line holds one JSON object, got {kind(obj)}")])
     try:  # the line is one more source, read as every other source is
         from engine.sglang.given import combine, read_layer
 

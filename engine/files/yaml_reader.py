@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import yaml
 from yaml import events as ev
 
-from engine.errors import EngineError, Problem, clip, shown
+from engine.errors import EngineError, Problem
+from engine.values import clip, shown, typed
 from engine.language.inputs import INT_MAX, INT_MIN
 from engine.files.reading import (DEFAULT_MAX_BYTES, ReadError, decode_utf8, file_signature, max_file_bytes,  # noqa: F401
                       read_bytes, read_snapshot)  # (re-exported: callers read files through this module)
@@ -141,7 +142,7 @@ def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
         if frame[2] is _NO_KEY:  # this node is a key
             if not isinstance(value, str) or isinstance(value, bool):
                 fail("E111",
-                     f"mapping keys must be plain strings, got {type(value).__name__} {shown(value)} "
+                     f"mapping keys must be plain strings, got {typed(value)} "
                      "(quote it)", e)
                 frame[2] = _BAD_KEY
                 return None

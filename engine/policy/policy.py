@@ -6,7 +6,8 @@ import itertools
 from collections.abc import Iterator, Mapping
 
 from engine.policy.decision import Decision
-from engine.errors import ConfigError, Problem, clip, shown
+from engine.errors import ConfigError, Problem
+from engine.values import clip, kind, shown, typed
 from engine.language.inputs import INT_MAX, INT_MIN
 from engine.policy.memo import memoised
 from engine.suggest import closest, did_you_mean, near_miss
@@ -254,7 +255,7 @@ class Policy:
         deprecated: list = []
         if not isinstance(config, Mapping):
             return out, [Problem("C504", f"a config is a mapping of input -> value, got "
-                                 f"{type(config).__name__}", file)], ignored, []
+                                 f"{kind(config)}", file)], ignored, []
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
@@ -304,14 +305,12 @@ class Policy:
             if not INT_MIN <= value <= INT_MAX:
                 return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
-        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-                type(None): "null"}.get(type(value), f"a {type(value).__name__}")
         note = ""
         if spec.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             note = " (strings are not booleans: write true or false without quotes)"
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
-        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
     def removed_text(self) -> str:
         where = self.upstream.label() if self.upstream else f"{self.ref}"

@@ -42,6 +42,7 @@ from engine.policy.loader import VERSION_FILE, _display_dir, duplicate_version, 
 from engine.policy.shipped import policy_root
 from engine.policy.policy import Policy
 from engine.suggest import did_you_mean
+from engine.values import shown
 from engine.files.yaml_reader import ReadError, file_signature, max_file_bytes, read_snapshot
 
 __all__ = ["PolicyStore", "Refresh"]
@@ -119,7 +120,7 @@ class PolicyStore:
     def __init__(self, policy_dir: str | None = None, family: str = "nsa-backends", *,
                  poll_interval: float | None = None, settle: float = DEFAULT_SETTLE):
         if not isinstance(family, str) or not _FAMILY.fullmatch(family):
-            raise PolicyError([Problem("R602", f"bad policy family {family!r}: expected a name such as "
+            raise PolicyError([Problem("R602", f"bad policy family {shown(family)}: expected a name such as "
                                        "nsa-backends")])
         self.settle = _seconds(settle, "settle", positive=False)
         if poll_interval is not None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 
-from engine.errors import ConfigError, Problem, clip, shown
+from engine.errors import ConfigError, Problem
+from engine.values import clip, kind, shown
 from engine.language.inputs import _Record  # fields compared and shown like a dataclass's, without importing dataclasses
 from engine.suggest import closest, did_you_mean, near_miss
 
@@ -73,7 +74,7 @@ def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, leni
     layer = Layer(source)
     if not isinstance(data, Mapping):
         raise ConfigError([Problem("C504", f"a config is a mapping of input -> value, got "
-                                   f"{type(data).__name__}", file)])
+                                   f"{kind(data)}", file)])
     problems: list[Problem] = []
     inputs: dict = {}  # given to the policy's own check (it reports twins, values, positions)
     seen: dict = {}  # option or model group -> the key that set it
@@ -176,7 +177,7 @@ def _json_object(key, value, file):
             return None, Problem("C503", f"{key}: not a JSON object: {shown(value)} "
                                  f"({exc.problems[0].message})", file)
     if not isinstance(obj, dict):
-        return None, Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file)
+        return None, Problem("C503", f"{key}: expected a JSON object, got {kind(obj)}", file)
     return obj, None
 
 
