@@ -68,7 +68,7 @@ from typing import Iterable, Optional, Union
 
 import torch
 
-from kernels_bridge.errors import ValidationError, shown
+from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
@@ -117,10 +117,6 @@ class HotBufferStats:
 IntArg = Union[int, Iterable[int], torch.Tensor]
 
 
-def _describe(t: torch.Tensor) -> str:
-    return f"shape {list(t.shape)} dtype {str(t.dtype).replace('torch.', '')}"
-
-
 class HotBuffer:
     """HiSparse host pool + per-request device hot buffer + LRU translation of top-k positions.
 
@@ -150,7 +146,7 @@ class HotBuffer:
         if not isinstance(host_pool, torch.Tensor):
             raise HotBufferError(
                 f"host_pool: expected a torch.Tensor [num_requests, max_seq_len, 576] bfloat16 "
-                f"or [num_requests, max_seq_len, 656] uint8, got {type(host_pool).__name__}"
+                f"or [num_requests, max_seq_len, 656] uint8, got {describe(host_pool)}"
             )
         layout = ROW_LAYOUTS.get(host_pool.dtype)
         expected = "[num_requests, max_seq_len, 576] bfloat16 or [num_requests, max_seq_len, 656] uint8"
@@ -160,21 +156,21 @@ class HotBuffer:
                 if host_pool.dtype in (torch.float8_e4m3fn, torch.int8)
                 else ""
             )
-            raise HotBufferError(f"host_pool: {_describe(host_pool)}; expected {expected}{hint}")
+            raise HotBufferError(f"host_pool: {describe(host_pool)}; expected {expected}{hint}")
         row_shape, kind = layout
         if host_pool.dim() != 2 + len(row_shape) or tuple(host_pool.shape[2:]) != row_shape:
-            raise HotBufferError(f"host_pool: {_describe(host_pool)}; expected {expected}")
+            raise HotBufferError(f"host_pool: {describe(host_pool)}; expected {expected}")
         if host_pool.shape[0] < 1 or host_pool.shape[1] < 1:
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)}; expected num_requests >= 1 and max_seq_len >= 1"
+                f"host_pool: {describe(host_pool)}; expected num_requests >= 1 and max_seq_len >= 1"
             )
         if host_pool.device.type != "cpu":
             raise HotBufferError(
-                f"host_pool: on device {host_pool.device}; expected a CPU tensor (the host pool)"
+                f"host_pool: {describe(host_pool)}; expected a CPU tensor (the host pool)"
             )
         if not host_pool.is_contiguous():
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)} is not contiguous; expected a contiguous tensor "
+                f"host_pool: {describe(host_pool)} is not contiguous; expected a contiguous tensor "
                 f"(rows are copied by flat index)"
             )
         for name, value in (("buffer_size", buffer_size), ("page_size", page_size)):
@@ -197,7 +193,7 @@ class HotBuffer:
         rows_per_request = buffer_size + page_size
         if num_requests * max_seq_len >= _INT32_MAX:
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)}; expected num_requests * max_seq_len < "
+                f"host_pool: {describe(host_pool)}; expected num_requests * max_seq_len < "
                 f"{_INT32_MAX} (positions are indexed as int32)"
             )
         if num_requests * rows_per_request > _INT32_MAX:
@@ -447,7 +443,7 @@ class HotBuffer:
         if isinstance(req_ids, torch.Tensor):
             if req_ids.dtype not in _INT_DTYPES or req_ids.dim() > 1:
                 raise HotBufferError(
-                    f"req_ids: {_describe(req_ids)}; expected an int or an integer tensor [n]"
+                    f"req_ids: {describe(req_ids)}; expected an int or an integer tensor [n]"
                 )
             rid = req_ids.reshape(-1).to("cpu", torch.int64)
         else:
@@ -471,15 +467,15 @@ class HotBuffer:
     def _int_tensor(self, name: str, t, ndim: int, shape_doc: str) -> torch.Tensor:
         if not isinstance(t, torch.Tensor):
             raise HotBufferError(
-                f"{name}: got {type(t).__name__}; expected an integer torch.Tensor {shape_doc}"
+                f"{name}: got {describe(t)}; expected an integer torch.Tensor {shape_doc}"
             )
         if t.dtype not in _INT_DTYPES:
-            raise HotBufferError(f"{name}: {_describe(t)}; expected an integer tensor {shape_doc}")
+            raise HotBufferError(f"{name}: {describe(t)}; expected an integer tensor {shape_doc}")
         if t.dim() != ndim:
-            raise HotBufferError(f"{name}: {_describe(t)}; expected {ndim}-D {shape_doc}")
+            raise HotBufferError(f"{name}: {describe(t)}; expected {ndim}-D {shape_doc}")
         if t.device.type not in ("cpu", self._device.type) or t.is_meta or t.layout != torch.strided:
             raise HotBufferError(
-                f"{name}: {_describe(t)} on {t.device} ({t.layout}); expected a dense tensor on the "
+                f"{name}: {describe(t)}, layout {t.layout}; expected a dense tensor on the "
                 f"CPU or {self._device}"
             )
         return t.to(self._device)
@@ -492,17 +488,17 @@ class HotBuffer:
         lens = self._int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}")
         if lens.shape[0] != n:
             raise HotBufferError(
-                f"seq_lens: {_describe(seq_lens)}; expected [{n}] (one per req_id)"
+                f"seq_lens: {describe(seq_lens)}; expected [{n}] (one per req_id)"
             )
         pos = self._int_tensor("positions", positions, 2, f"[n, top_k] with n = {n}")
         if pos.shape[0] != n:
             raise HotBufferError(
-                f"positions: {_describe(positions)}; expected [{n}, top_k] (one row per req_id)"
+                f"positions: {describe(positions)}; expected [{n}, top_k] (one row per req_id)"
             )
         top_k = pos.shape[1]
         if top_k > self._buffer_size:
             raise HotBufferError(
-                f"positions: {_describe(positions)}; expected top_k <= buffer_size "
+                f"positions: {describe(positions)}; expected top_k <= buffer_size "
                 f"{self._buffer_size}"
             )
         rid, lens = rid.long(), lens.long()
