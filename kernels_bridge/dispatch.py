@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from kernels_bridge import flashmla; from kernels_bridge import reference
-from kernels_bridge.errors import ProviderUnavailable, RoutingRejected, ValidationError, describe, shown
+from kernels_bridge.errors import RoutingRejected, ValidationError, describe, shown
 from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 
 __all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
@@ -68,21 +68,21 @@ def select_provider(backend: str, device: Optional[torch.device], provider: str 
                     block_size: Optional[int] = None) -> Tuple[str, str]:
     """Which provider runs `backend` on `device` (None: the default CUDA device), and why.
 
-    Returns ("flashmla" | "reference", reason). provider="flashmla" raises ProviderUnavailable
-    when FlashMLA cannot run; provider="reference" always gives the reference.
+    Returns ("flashmla" | "reference", reason: every reason FlashMLA cannot run, joined by "; ").
+    provider="flashmla" raises ProviderUnavailable (its `reasons` list them) when FlashMLA cannot
+    run; provider="reference" always gives the reference.
     """
     _check_choice("backend", backend, BACKENDS, "the bridge provides")
     _check_choice("provider", provider, PROVIDERS, "providers are")
     if provider == "reference":
         return "reference", "provider='reference' was requested"
-    reason = flashmla.unusable_reason(device, backend=backend, attn_sink=attn_sink,
-                                      topk_length=topk_length, h_q=h_q, block_size=block_size)
-    if reason is None:
+    reasons = flashmla.unusable_reasons(device, backend=backend, attn_sink=attn_sink,
+                                        topk_length=topk_length, h_q=h_q, block_size=block_size)
+    if not reasons:
         return "flashmla", "flash_mla imports and supports this device and these arguments"
     if provider == "flashmla":
-        raise ProviderUnavailable(f"FlashMLA cannot run {backend}: {reason}",
-                                  status=flashmla.flashmla_status(device))
-    return "reference", reason
+        raise flashmla.cannot_run(backend, reasons, device)
+    return "reference", "; ".join(reasons)
 
 
 def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length, provider, d_v,

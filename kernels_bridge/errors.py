@@ -54,13 +54,15 @@ class ValidationError(BridgeError, ValueError):
 class ProviderUnavailable(BridgeError, RuntimeError):
     """A provider (FlashMLA) cannot run here.
 
-    `reason` says why in one sentence (the import error text, no CUDA, the device's architecture,
-    a feature this flash_mla build lacks); `status` is `flashmla_status()`'s dict when known.
+    `reasons` lists every reason (the import error text, no CUDA, the device's architecture, a
+    feature this flash_mla build lacks), `reason` is the whole message; `status` is
+    `flashmla_status()`'s dict when known.
     """
 
-    def __init__(self, reason: str, *, status: Optional[dict] = None):
+    def __init__(self, reason: str, *, status: Optional[dict] = None, reasons: Optional[list] = None):
         super().__init__(reason)
         self.reason = reason
+        self.reasons = list(reasons) if reasons is not None else [reason]
         self.status = status
 
 
