@@ -123,7 +123,3 @@ class PolicyError(HisparseError):
 
 class ConfigError(HisparseError, ValueError):
     """A config given to evaluate is invalid (unknown key or value, wrong type). CLI exit code 2."""
-
-
-def sort_problems(problems: list[Problem]) -> list[Problem]:
-    return sorted(problems, key=lambda p: (p.file, p.line or 10**9, p.col, p.code))

@@ -206,7 +206,3 @@ def _winners(policy, shadowed) -> dict:
                 out[n].add(winner)
     return out
 
-
-def _is_default(policy, name: str) -> bool:
-    return any(r.name == name for r in policy.stages["defaults"].rules)
-

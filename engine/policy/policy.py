@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from engine.policy.decision import Decision
 from engine.errors import ConfigError, Problem
-from engine.values import clip, kind, shown, typed
+from engine.values import kind, shown, typed
 from engine.language.inputs import INT_MAX, INT_MIN
 from engine.policy.memo import memoised
 from engine.suggest import closest, did_you_mean, near_miss
@@ -217,19 +217,10 @@ class Policy:
     def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
         """As normalize, and the log lines that deprecated spellings among the keys emit (in the
         order of the inputs), which evaluation puts before every other line."""
-        out, problems, _, prelude = self._check(config, False, file, doc)
+        out, problems, prelude = self._check(config, file, doc)
         if problems:
             raise ConfigError(problems)
         return out, prelude
-
-    def normalize_lenient(self, config, file: str = "", doc=None) -> tuple[dict, list]:
-        """As normalize, but keys that are neither inputs nor close to one are returned as
-        ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
-        of an input name is still an error."""
-        out, problems, ignored, _ = self._check(config, True, file, doc)
-        if problems:
-            raise ConfigError(problems)
-        return out, ignored
 
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
@@ -242,20 +233,20 @@ class Policy:
         return self._evaluate(canonical, given, prelude)
 
     def _reject(self, config):
-        problems = self._check(config, False, "")[1]
+        problems = self._check(config, "")[1]
         raise ConfigError(problems or [Problem("C503", "invalid config")])
 
-    def _check(self, config, lenient: bool, file: str, doc=None):
-        """(canonical config, problems, ignored keys). `doc` (a parsed config file) gives each
-        problem the line and column of its key."""
+    def _check(self, config, file: str, doc=None):
+        """(canonical config, problems, log lines of deprecated spellings). `doc` (a parsed config
+        file) gives each problem the line and column of its key. (SGLang config files, which
+        carry unrelated keys, are read leniently by engine.sglang.given.)"""
         problems: list[Problem] = []
-        ignored: list[str] = []
         out: dict = {}
         spelled: dict = {}
         deprecated: list = []
         if not isinstance(config, Mapping):
             return out, [Problem("C504", f"a config is a mapping of input -> value, got "
-                                 f"{kind(config)}", file)], ignored, []
+                                 f"{kind(config)}", file)], []
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
@@ -272,11 +263,7 @@ class Policy:
                                            file, hint=note), key))
                 continue
             if name is None:
-                near = near_miss(key, names) if isinstance(key, str) else None
-                if lenient and near is None:
-                    ignored.append(clip(str(key), 40))
-                    continue
-                near = near or (closest(key, names) if isinstance(key, str) else None)
+                near = (near_miss(key, names) or closest(key, names)) if isinstance(key, str) else None
                 hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
                 problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
                 continue
@@ -294,7 +281,7 @@ class Policy:
                 problems.append(at(self._value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
-        return out, problems, ignored, [text for _, text in sorted(deprecated)]
+        return out, problems, [text for _, text in sorted(deprecated)]
 
     def _value_problem(self, spec, key, value, file) -> Problem:
         text = shown(value)
