@@ -28,6 +28,9 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 import torch  # noqa: E402
 
+from kernels_bridge.fp8 import D_QK  # noqa: E402
+from kernels_bridge.validate import D_V  # noqa: E402
+
 # name -> (abs_tol, rel_tol, cos_diff_tol), as FlashMLA's tests use them
 TOLERANCES = {
     "prefill_out": (8e-4, 3.01 / 128, 7e-6),
@@ -36,7 +39,7 @@ TOLERANCES = {
     "decode_out": (1e-3, 2.01 / 128, 5e-6),
     "decode_lse": (1e-6, 8.01 / 65536, 1e-7),
 }
-D_QK, D_V, TOPK = 576, 512, 2048
+TOPK = 2048
 # FlashMLA's published peaks on H800 SXM5 (deepseek-ai/FlashMLA README): the anchors the achieved
 # TFLOPS are reported next to; written into every result, so the README takes them from there
 PUBLISHED_TFLOPS = {"sparse_prefill": 640, "sparse_decode_fp8": 410, "gpu": "H800 SXM5"}

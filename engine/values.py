@@ -18,15 +18,15 @@ def show(value) -> str:
     return str(value)
 
 
-def clip(text: str, limit: int = 80) -> str:
+def clip(text: str, limit: int | None = 80) -> str:
     """`text` cut to about `limit` characters for a message: a key or value from a hostile file
-    can be a megabyte long, and a message must stay one readable line."""
-    if len(text) <= limit:
+    can be a megabyte long, and a message must stay one readable line. None: the whole text."""
+    if limit is None or len(text) <= limit:
         return text
     return f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
-def shown(value, limit: int = 80) -> str:
+def shown(value, limit: int | None = 80) -> str:
     """A value from a file, a config or a flag as a message quotes it: null, true and false as the
     policy language writes them, anything else by repr() ('fa3', 10, ['a']), clipped (see clip).
     Never raises: an API caller's value may be an integer too long to print or nested too deep
@@ -53,7 +53,7 @@ def kind(value) -> str:
     return _KINDS.get(type(value)) or f"a {type(value).__name__}"
 
 
-def typed(value, limit: int = 80) -> str:
+def typed(value, limit: int | None = 80) -> str:
     """kind and value together, as in "got a boolean true" (null alone: "got null")."""
     return "null" if value is None else f"{kind(value)} {shown(value, limit)}"
 

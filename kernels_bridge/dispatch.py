@@ -15,6 +15,7 @@ import torch
 
 from kernels_bridge import flashmla; from kernels_bridge import reference
 from kernels_bridge.errors import RoutingRejected, ValidationError, describe, shown
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 
 __all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
@@ -157,9 +158,9 @@ def cache_dtype_of(kv_cache: torch.Tensor) -> Optional[str]:
     if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() == 0:
         return None
     last = kv_cache.shape[-1]
-    if kv_cache.dtype in (torch.uint8, torch.int8, torch.float8_e4m3fn) and last == 656:
+    if kv_cache.dtype in PACKED_DTYPES and last == FP8_ROW_BYTES:
         return "fp8_e4m3"
-    if kv_cache.dtype == torch.bfloat16 and last == 576:
+    if kv_cache.dtype == torch.bfloat16 and last == D_QK:
         return "bfloat16"
     return None
 

@@ -69,18 +69,19 @@ from typing import Iterable, Optional, Union
 import torch
 
 from kernels_bridge.errors import ValidationError, describe, shown
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.validate import INT32_MAX
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
 
 # KV row layouts the hot buffer carries: dtype -> (row shape, name). A copy is a plain row copy.
 ROW_LAYOUTS = {
-    torch.bfloat16: ((576,), "bf16"),  # 512 NoPE + 64 RoPE dims, 1152 bytes
-    torch.uint8: ((656,), "fp8"),  # V3.2 FP8 row: 512 fp8 + 4 f32 scales + 64 bf16, 656 bytes
+    torch.bfloat16: ((D_QK,), "bf16"),  # 512 NoPE + 64 RoPE dims, 1152 bytes
+    torch.uint8: ((FP8_ROW_BYTES,), "fp8"),  # V3.2 FP8 row: 512 fp8 + 4 f32 scales + 64 bf16, 656 bytes
 }
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-_INT32_MAX = 2**31 - 1
 _STAGING_BYTES = 8 << 20  # about 12k FP8 or 7k BF16 rows per chunk
 
 
@@ -115,6 +116,12 @@ class HotBufferStats:
 
 
 IntArg = Union[int, Iterable[int], torch.Tensor]
+
+
+def _slot_dtype(device: torch.device, buffer_size: int) -> torch.dtype:
+    """The dtype of the position -> slot map: int16 on the CPU when slot numbers fit (as SGLang's
+    lru_slots), elsewhere int32 (portable atomics)."""
+    return torch.int16 if device.type == "cpu" and buffer_size < 2**15 else torch.int32
 
 
 class HotBuffer:
@@ -191,15 +198,15 @@ class HotBuffer:
 
         num_requests, max_seq_len = int(host_pool.shape[0]), int(host_pool.shape[1])
         rows_per_request = buffer_size + page_size
-        if num_requests * max_seq_len >= _INT32_MAX:
+        if num_requests * max_seq_len >= INT32_MAX:
             raise HotBufferError(
                 f"host_pool: {describe(host_pool)}; expected num_requests * max_seq_len < "
-                f"{_INT32_MAX} (positions are indexed as int32)"
+                f"{INT32_MAX} (positions are indexed as int32)"
             )
-        if num_requests * rows_per_request > _INT32_MAX:
+        if num_requests * rows_per_request > INT32_MAX:
             raise HotBufferError(
                 f"num_requests * (buffer_size + page_size) = {num_requests * rows_per_request}; "
-                f"expected <= {_INT32_MAX} (translated rows are int32)"
+                f"expected <= {INT32_MAX} (translated rows are int32)"
             )
         need = self.bytes_needed(num_requests, max_seq_len, buffer_size, page_size,
                                  host_pool.element_size() * row_shape[0], dev)
@@ -231,8 +238,7 @@ class HotBuffer:
         # flat, index r * S + p, plus one trailing sink entry that always reads -1. On the CPU
         # int16 (as SGLang's lru_slots) when slot numbers fit: half the bytes of the largest
         # table, so its random gathers hit the cache more; elsewhere int32 (portable atomics).
-        small = dev.type == "cpu" and buffer_size < 2**15
-        self._slot_dtype = torch.int16 if small else torch.int32
+        self._slot_dtype = _slot_dtype(dev, buffer_size)
         self._pos_slot = torch.full(
             (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
         )
@@ -263,9 +269,9 @@ class HotBuffer:
                      row_bytes: int, device=None) -> int:
         """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position
         maps and LRU order, the staging of a copy."""
-        small = torch.device(device or "cpu").type == "cpu" and buffer_size < 2**15
+        slot_bytes = _slot_dtype(torch.device(device or "cpu"), buffer_size).itemsize
         rows = num_requests * (buffer_size + page_size) * row_bytes
-        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * (2 if small else 4)
+        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * slot_bytes
         return rows + state + min(_STAGING_BYTES, rows)
 
     # ------------------------------------------------------------------ properties

@@ -17,6 +17,7 @@ import collections
 import itertools
 
 import engine.analysis.domain as domain
+from engine.analysis.domain import MAX_CONFIGS
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error, pattern_lines)
 from engine.errors import ConfigError, Problem
@@ -84,9 +85,6 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
             raise ConfigError([Problem("C501", f"--where {shown(item)}: no input {shown(name)} in either policy",
                                        hint=did_you_mean(name, [ax.name for ax in axes]))])
     return fixed
-
-
-MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
 
 
 PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation

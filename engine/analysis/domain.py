@@ -15,6 +15,9 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
+# the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
+# checks beyond it): a policy file must not be able to make one run for hours
+MAX_CONFIGS = 2_000_000
 
 
 def results(policy, configs, held: list | None = None, chosen: list | None = None):

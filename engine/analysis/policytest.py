@@ -19,8 +19,6 @@ from engine.suggest import did_you_mean
 from engine.files.yaml_reader import ReadError, load_document
 from engine.values import shown
 
-WHOLE = 1 << 20  # a failed case's values are shown unclipped: two messages may differ at the end
-
 _TEST_FILE = re.compile(r"^v(\d+)\.ya?ml$")
 
 
@@ -195,9 +193,9 @@ def report_text(results: list[FileResult], min_coverage: float | None) -> tuple[
         for c in fr.failed:
             ok = False
             lines.append(f"FAIL {fr.file}:{c.line}: {c.name}")
-            for what, expected, actual in c.mismatches:  
-                lines.append(f"    {what}: expected {shown(expected, WHOLE)}")
-                lines.append(f"    {' ' * len(what)}  actual   {shown(actual, WHOLE)}")
+            for what, expected, actual in c.mismatches:  # unclipped: messages may differ at the end
+                lines.append(f"    {what}: expected {shown(expected, None)}")
+                lines.append(f"    {' ' * len(what)}  actual   {shown(actual, None)}")
         done, total, missing = coverage(fr)
         pct = 100.0 * done / total if total else 100.0
         passed = len(fr.cases) - len(fr.failed)
