@@ -223,7 +223,7 @@ def _side(policy, axes, side: str, other_written: set):
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])
         for j in (j for j in range(sizes[axis]) if j not in ok):
-            problem = policy._value_problem(specs[axis], names[axis], values[axis][j], "")
+            problem = policy.value_problem(specs[axis], names[axis], values[axis][j], "")
             outcomes.append(outcome_of_error(ConfigError([problem])))
             error = [len(outcomes) - 1] * block
             for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):

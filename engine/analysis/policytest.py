@@ -227,7 +227,7 @@ def report_json(results: list[FileResult]) -> dict:
 
 
 def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResult], list[Problem]]:
-    from engine.policy.loader import _display_dir
+    from engine.policy.loader import display_dir
     from engine.policy.shipped import policy_root
 
     root = policy_root(policy_dir)
@@ -236,12 +236,12 @@ def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResul
     for path in files:
         display = path
         if not paths:
-            display = os.path.join(_display_dir(root), os.path.relpath(path, root))
+            display = os.path.join(display_dir(root), os.path.relpath(path, root))
         try:
             results.append(run_file(path, policy_dir, display))
         except PolicyError as exc:
             problems += exc.problems
     if not files:
         problems.append(Problem("T701", "no policy test files found (<family>/tests/v<N>.yaml)",
-                                ", ".join(paths) if paths else _display_dir(root)))
+                                ", ".join(paths) if paths else display_dir(root)))
     return results, problems

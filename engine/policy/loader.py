@@ -58,7 +58,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if family not in families:
         from engine.suggest import did_you_mean
 
-        raise PolicyError([Problem("R601", f"no policy family '{family}' in {_display_dir(root)}",
+        raise PolicyError([Problem("R601", f"no policy family '{family}' in {display_dir(root)}",
                                    hint=did_you_mean(family, families))])
     versions = families[family]
     if version is None:
@@ -70,7 +70,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
             raise PolicyError([Problem("R601", f"no version {clip(version)} of '{family}'",
                                        hint=f"available: {listed}")])
     names = version_files(os.path.join(root, family))[number]
-    folder = os.path.join(_display_dir(root), family)
+    folder = os.path.join(display_dir(root), family)
     if len(names) > 1:
         raise PolicyError([duplicate_version(family, number, names, folder)])
     return os.path.join(root, family, names[0]), os.path.join(folder, names[0])
@@ -114,7 +114,7 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
     return out
 
 
-def _display_dir(root: str) -> str:
+def display_dir(root: str) -> str:
     # the shipped folder is shown as "policies", never as where it happens to be installed
     if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
         return "policies"

@@ -95,9 +95,9 @@ class Policy:
         marshal-able data: the cache entry of this policy."""
         return {"family": self.family, "version": self.version, "description": self.description,
                 "source": self.source, "backends": self.backends, "rules": self.rule_meta,
-                "upstream": None if self.upstream is None else self.upstream._fields(),
-                "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
-                "phases": [spec._fields() for spec in self.phases.values()],
+                "upstream": None if self.upstream is None else self.upstream.fields(),
+                "written": self.written, "inputs": [spec.fields() for spec in self.inputs.values()],
+                "phases": [spec.fields() for spec in self.phases.values()],
                 "code": self._code, "consts": self._consts, "source_code": self.source_code,
                 "probe": self._probe_code(False)}
 
@@ -278,12 +278,12 @@ class Policy:
             if value.__class__ not in _PLAIN:
                 value = _exact(value)
             if not spec.accepts(value):
-                problems.append(at(self._value_problem(spec, key, value, file), key))
+                problems.append(at(self.value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
         return out, problems, [text for _, text in sorted(deprecated)]
 
-    def _value_problem(self, spec, key, value, file) -> Problem:
+    def value_problem(self, spec, key, value, file) -> Problem:
         text = shown(value)
         if spec.type == "enum" and isinstance(value, str):
             return Problem("C502", f"{key}: {text} is not a valid value; {spec.describe_domain()}",

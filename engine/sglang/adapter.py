@@ -261,7 +261,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     # one input with different values are an error, not a silent pick)
     attrs: dict = {}
     for name, spec in policy.inputs.items():
-        present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
+        present = [a for a in attr_names(policy, name) if hasattr(server_args, a)]
         values = {a: getattr(server_args, a) for a in present if getattr(server_args, a) is not None}
         if values:
             attrs.update(values)
@@ -279,7 +279,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     if not decision.ok:
         raise_refusal(decision)
     for name, value in decision.config.items():
-        for attr in _attr_names(policy, name):
+        for attr in attr_names(policy, name):
             if hasattr(server_args, attr):
                 setattr(server_args, attr, value)
     for line in decision.log:
@@ -295,7 +295,7 @@ def resolution_step(policy=None, **env):
     return step(policy, **env)
 
 
-def _attr_names(policy, name: str) -> list[str]:
+def attr_names(policy, name: str) -> list[str]:
     """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
     deprecated flags' (older SGLang objects)."""
     spec = policy.inputs[name]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.values import clip, kind, shown
-from engine.language.inputs import _Record  # fields compared and shown like a dataclass's, without importing dataclasses
+from engine.language.inputs import Record  # fields compared and shown like a dataclass's, without importing dataclasses
 from engine.suggest import closest, did_you_mean, near_miss
 
 MODEL_KEYS = ("model-path", "model")
@@ -53,7 +53,7 @@ def sglang_key(key: str) -> str:
     return key.replace("_", "-")
 
 
-class Layer(_Record):
+class Layer(Record):
     """One source, read: its inputs (input -> (key as spelled, value)), options (primary ->
     (key as spelled, JSON object)), the model path ((key, path) or None), keys ignored."""
 
@@ -181,7 +181,7 @@ def _json_object(key, value, file):
     return obj, None
 
 
-class Given(_Record):
+class Given(Record):
     """Layers combined: the config for the policy, the notes, and what the user gave."""
 
     FIELDS = ("config", "notes", "given")

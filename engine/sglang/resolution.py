@@ -106,14 +106,14 @@ def decide(obj, policy, env: dict):
     engine/sglang/given.py as every other source is; what SGLang finds on the machine and in the model
     comes first, the keyword arguments last."""
     from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-    from engine.sglang.adapter import _attr_names, raise_refusal
+    from engine.sglang.adapter import attr_names, raise_refusal
 
     read = _reader(obj)
     attrs: dict = {}
     fields_of: dict = {}  # input -> the record fields that carry it
     for name, spec in policy.inputs.items():
         values, present = {}, False
-        for attr in _attr_names(policy, name):
+        for attr in attr_names(policy, name):
             try:
                 value = read(attr)
             except KeyError:
