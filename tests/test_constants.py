@@ -4,7 +4,7 @@ the integer bounds (int32, int64) are written out only where they are defined.""
 import ast
 import os
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, python_files
 
 PACKAGES = ("engine", "kernels_bridge")
 # the integer bounds -> the one module that may write them out
@@ -14,13 +14,8 @@ LARGE = 2 ** 15  # constants below this (64 dims, 128 heads, a depth of 64) coin
 
 
 def _modules():
-    for base in PACKAGES:
-        for folder, dirs, files in os.walk(os.path.join(ROOT, base)):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    yield os.path.relpath(path, ROOT), ast.parse(open(path, encoding="utf-8").read())
+    for path in python_files(*PACKAGES):
+        yield os.path.relpath(path, ROOT), ast.parse(open(path, encoding="utf-8").read())
 
 
 def _number(node):

@@ -7,7 +7,7 @@ import ast
 import os
 import re
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, python_files
 
 PACKAGES = ("engine", "kernels_bridge")
 CORPUS = ("engine", "kernels_bridge", "bench", "tools", "tests")
@@ -18,12 +18,7 @@ ALLOWED: dict[str, str] = {
 
 
 def _files(folders):
-    for base in folders:
-        for folder, dirs, files in os.walk(os.path.join(ROOT, base)):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    yield os.path.join(folder, name)
+    return python_files(*folders, root=ROOT)  # ROOT read at call time: the self-test moves it
 
 
 def _definitions(tree):

@@ -6,7 +6,7 @@ reasons."""
 import ast
 import os
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, python_files
 
 PACKAGES = ("engine", "kernels_bridge")
 
@@ -63,13 +63,8 @@ def reaches(source: str, rel: str = "<module>") -> list[str]:
 
 
 def _sources():
-    for base in PACKAGES:
-        for folder, dirs, files in os.walk(os.path.join(ROOT, base)):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    yield os.path.relpath(path, ROOT).replace(os.sep, "/"), open(path, encoding="utf-8").read()
+    for path in python_files(*PACKAGES):
+        yield os.path.relpath(path, ROOT).replace(os.sep, "/"), open(path, encoding="utf-8").read()
 
 
 def test_no_module_reads_another_modules_private_attributes():

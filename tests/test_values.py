@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from engine.values import clip, kind, show, shown, typed
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, python_files, run_cli
 
 
 def test_show_words():
@@ -69,17 +69,11 @@ def test_no_module_keeps_a_private_renderer():
     names = {"_show", "_shown", "shown", "show", "_type_name", "type_name", "_kind", "kind", "typed",
              "clip"}
     found = []
-    for base in ("engine", "kernels_bridge"):
-        for folder, _, files in os.walk(os.path.join(ROOT, base)):
-            for name in files:
-                if not name.endswith(".py"):
-                    continue
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, ROOT)
-                tree = ast.parse(open(path, encoding="utf-8").read())
-                for node in tree.body:  # module-level functions (a method named kind is no renderer)
-                    if isinstance(node, ast.FunctionDef) and node.name in names:
-                        found.append(f"{rel}:{node.name}")
+    for path in python_files("engine", "kernels_bridge"):
+        rel = os.path.relpath(path, ROOT)
+        for node in ast.parse(open(path, encoding="utf-8").read()).body:  # module level: a method
+            if isinstance(node, ast.FunctionDef) and node.name in names:   # named kind is no renderer
+                found.append(f"{rel}:{node.name}")
     assert sorted(found) == sorted(["engine/values.py:show", "engine/values.py:shown", "engine/values.py:kind",
                                     "engine/values.py:typed", "engine/values.py:clip",
                                     "kernels_bridge/errors.py:shown"])
