@@ -12,7 +12,7 @@ from engine.cli.commands import main as engine_main, register
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
 from engine.cli.output import Progress
-from engine.errors import shown
+from engine.values import shown
 
 # attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs
 # (v3 declares them); for a policy without them attend adds the same flags itself.
@@ -81,7 +81,6 @@ def cmd_attend(argv) -> int:
             raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
         torch.set_num_threads(ns.threads)
     from kernels_bridge.errors import BridgeError
-    from kernels_bridge.hot_buffer import HotBufferError
     from kernels_bridge.resources import parse_size
     from kernels_bridge.workload import Workload, report_text, run
 
@@ -95,7 +94,7 @@ def cmd_attend(argv) -> int:
                     ns.seed, ns.provider, ns.device)
     try:
         report = run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes)
-    except (BridgeError, HotBufferError) as exc:
+    except BridgeError as exc:
         print(f"hisparse attend: {exc}", file=sys.stderr)
         return ERROR
     except MemoryError:

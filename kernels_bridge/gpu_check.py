@@ -25,6 +25,9 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from kernels_bridge.fp8 import D_QK
+from kernels_bridge.validate import D_V, INT32_MAX
+
 # name -> (abs_tol, rel_tol, cos_diff_tol), as FlashMLA's tests use them
 TOLERANCES = {
     "prefill_out": (8e-4, 3.01 / 128, 7e-6),
@@ -33,7 +36,7 @@ TOLERANCES = {
     "decode_out": (1e-3, 2.01 / 128, 5e-6),
     "decode_lse": (1e-6, 8.01 / 65536, 1e-7),
 }
-D_QK, D_V, TOPK = 576, 512, 2048
+TOPK = 2048
 # FlashMLA's published peaks on H800 SXM5 (deepseek-ai/FlashMLA README): the anchors the achieved
 # TFLOPS are reported next to; written into every result, so the README takes them from there
 PUBLISHED_TFLOPS = {"sparse_prefill": 640, "sparse_decode_fp8": 410, "gpu": "H800 SXM5"}
@@ -169,8 +172,8 @@ def prefill_case(module, flavour, dev, h_q, s_q, s_kv, *, sink=False, topk_lengt
     idx = pick_indices((s_q, 1, TOPK), s_kv, gen, dev, invalid_frac, lonely=2)
     idx[:, :, 1::97] = s_kv
     idx[:, :, 3::101] = -7
-    idx[:, :, 5::103] = 2 ** 31 - 1
-    idx[:, :, 7::107] = -2 ** 31
+    idx[:, :, 5::103] = INT32_MAX
+    idx[:, :, 7::107] = -INT32_MAX - 1
     attn_sink = (torch.randn(h_q, generator=gen, device=dev) if sink else None)
     lengths = (torch.randint(0, TOPK + 1, (s_q,), generator=gen, device=dev, dtype=torch.int32)
                if topk_length else None)

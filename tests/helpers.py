@@ -42,3 +42,14 @@ def load_text(tmp_path, text: str, name: str = "policy.yaml") -> engine.Policy:
 def minimal_text() -> str:
     with open(MINIMAL, encoding="utf-8") as fh:
         return fh.read()
+
+
+def python_files(*folders, root: str = ROOT):
+    """The path of every .py file under the `folders` (e.g. "engine") of `root` (the project), in a
+    stable order."""
+    for base in folders:
+        for folder, dirs, files in os.walk(os.path.join(root, base)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    yield os.path.join(folder, name)

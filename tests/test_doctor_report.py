@@ -61,7 +61,7 @@ def test_report_never_raises(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("driver exploded")
     monkeypatch.setattr(flashmla, "flashmla_status", broken)
-    monkeypatch.setattr(flashmla, "unusable_reason", broken)
+    monkeypatch.setattr(flashmla, "unusable_reasons", broken)
     monkeypatch.setattr(torch.cuda, "is_available", broken)
     report = doctor_report()
     json.dumps(report)

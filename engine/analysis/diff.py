@@ -21,7 +21,7 @@ from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error, pattern_lines)
 from engine.errors import ConfigError, Problem
-from engine.values import show as _show
+from engine.values import show as _show, shown
 
 
 class Axis:
@@ -80,7 +80,7 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
         else:
             from engine.suggest import did_you_mean
 
-            raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: no input {shown(name)} in either policy",
                                        hint=did_you_mean(name, [ax.name for ax in axes]))])
     return fixed
 
@@ -212,7 +212,7 @@ def _side(policy, axes, side: str, other_written: set):
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])
         for j in (j for j in range(sizes[axis]) if j not in ok):
-            problem = policy._value_problem(specs[axis], names[axis], values[axis][j], "")
+            problem = policy.value_problem(specs[axis], names[axis], values[axis][j], "")
             outcomes.append(outcome_of_error(ConfigError([problem])))
             error = [len(outcomes) - 1] * block
             for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):

@@ -16,13 +16,12 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from engine.errors import ConfigError, Problem
-from engine.values import parse_int
+from engine.values import parse_int, shown
 
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
-
-MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
-
-
+# the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
+# checks beyond it): a policy file must not be able to make one run for hours
+MAX_CONFIGS = 2_000_000
 PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
 
 
@@ -41,7 +40,7 @@ def parse_where(policy, items: list[str]) -> dict:
         if not sep or key is None:
             from engine.suggest import did_you_mean
 
-            raise ConfigError([Problem("C501", f"--where {item!r}: expected NAME=VALUE with a declared input",
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE with a declared input",
                                        hint=did_you_mean(name.strip(), policy.input_names))])
         spec = policy.inputs[key]
         text = text.strip()
@@ -52,8 +51,6 @@ def parse_where(policy, items: list[str]) -> dict:
         elif spec.type == "int":
             value = parse_int(text)
             if value is None:
-                from engine.errors import shown
-
                 raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
                                                    "64-bit integer")])
         else:

@@ -10,6 +10,7 @@ import itertools
 
 from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import cube_terms, minimize
+from engine.values import show as _show
 
 
 def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
@@ -107,14 +108,6 @@ def _terms(cube, axes, domains):
             values = [v for v in domain if v not in values]
         out.append((name, values, op))
     return out
-
-
-def _show(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
 
 
 def _cell(values: list | None) -> str:

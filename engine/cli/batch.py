@@ -5,6 +5,7 @@ import sys
 
 from engine.errors import ConfigError, Problem
 from engine.cli.options import ERROR, OK, VIOLATION, emit_json
+from engine.values import kind
 
 
 def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
@@ -88,7 +89,7 @@ def batch_line(policy, base, said, line, number: int):
             message = "not JSON: " + message[len("JSON syntax: "):]
         return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
     if not isinstance(obj, dict):
-        return bad([Problem("C505", f"a line holds one JSON object, got {type(obj).__name__}")])
+        return bad([Problem("C505", f"a line holds one JSON object, got {kind(obj)}")])
     try:  # the line is one more source, read as every other source is
         from engine.sglang.given import combine, read_layer
 

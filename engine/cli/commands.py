@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.errors import HisparseError, clip, shown
+from engine.errors import HisparseError
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
                                 print_problems, split_launch)
 from engine.cli.output import OutputError, Progress, SafeStream, silence
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
+from engine.values import clip, shown
 
 
 # -- commands ------------------------------------------------------------------------------------

@@ -7,15 +7,15 @@ import argparse
 import json
 import sys
 
-from engine.errors import HisparseError, Problem, clip, shown
+from engine.errors import EngineError, HisparseError, Problem
 from engine.files.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
-from engine.values import INT_MAX, INT_MIN, escape_json, parse_int
+from engine.values import INT_MAX, INT_MIN, clip, escape_json, parse_int, shown
 
 OK, VIOLATION, ERROR = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(EngineError):
     """Bad command-line usage (exit 2)."""
 
 

@@ -6,7 +6,8 @@ import json
 import os
 import re
 
-from engine.errors import Problem, shown
+from engine.errors import Problem
+from engine.values import shown
 from engine.suggest import did_you_mean
 from engine.files.yaml_reader import Document
 
