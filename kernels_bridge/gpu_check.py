@@ -53,7 +53,7 @@ def allclose_report(name: str, ans: torch.Tensor, ref: torch.Tensor, abs_tol: fl
     """
     if tuple(ans.shape) != tuple(ref.shape):
         return {"name": name, "passed": False,
-                "error": f"shape {tuple(ans.shape)} vs {tuple(ref.shape)}"}
+                "error": f"shapes differ: {tuple(ans.shape)} vs {tuple(ref.shape)}"}
     a = ans.detach().float().clone()
     r = ref.detach().float().clone().to(a.device)
     anomalies_match = True
