@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from kernels_bridge.errors import describe
 from kernels_bridge.fp8 import D_QK
 from kernels_bridge.validate import D_V, INT32_MAX
 
@@ -53,7 +54,7 @@ def allclose_report(name: str, ans: torch.Tensor, ref: torch.Tensor, abs_tol: fl
     """
     if tuple(ans.shape) != tuple(ref.shape):
         return {"name": name, "passed": False,
-                "error": f"shapes differ: {tuple(ans.shape)} vs {tuple(ref.shape)}"}
+                "error": f"shapes differ: {describe(ans)} vs {describe(ref)}"}
     a = ans.detach().float().clone()
     r = ref.detach().float().clone().to(a.device)
     anomalies_match = True
