@@ -10,6 +10,7 @@ import pytest
 import engine
 from engine.sglang.conform import cases, report, sample
 from engine.sglang.conform.protocol import Result
+from engine.cli.reports import conform_text
 
 V4 = engine.load_policy("nsa-backends@4")
 
@@ -137,12 +138,12 @@ def test_report_text_names_both_sides():
     got = report.compare(V4, [c], [cases.case_of(V4, c)], [r], sampled=True)
     got.update(policy=V4.identity(), sglang="0.5.23", warning=None, where={}, domain_size=V4.domain_size(),
                sample={"n": 1, "seed": 0})
-    text = report.report_text(got)
+    text = conform_text(got)
     assert "0 of 1 configs agree, 1 differ (backends 1)" in text
     assert "decode fa3 (policy) vs trtllm (SGLang)" in text
     assert "policy: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=fa3" in text
     assert "SGLang: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=trtllm" in text
-    assert report.report_text(got, markdown=True).startswith("### nsa-backends@4 vs SGLang 0.5.23")
+    assert conform_text(got, markdown=True).startswith("### nsa-backends@4 vs SGLang 0.5.23")
 
 
 def test_conform_exits_2_naming_what_to_install_without_sglang():

@@ -5,7 +5,8 @@ import json
 import pytest
 
 import engine
-from engine.analysis.table import parse_where, routing_rows
+from engine.analysis.domain import parse_where
+from engine.analysis.table import routing_rows
 from tests.helpers import run_cli
 
 

@@ -54,7 +54,7 @@ def blocks() -> dict:
 
     out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
     try:
-        from engine.analysis.table import readme_table
+        from tools.routing_tables import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap
         pass
     else:

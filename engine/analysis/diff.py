@@ -19,9 +19,9 @@ import itertools
 import engine.analysis.domain as domain
 from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
-                      mask_of, outcome_of_error, pattern_lines)
+                      mask_of, outcome_of_error)
 from engine.errors import ConfigError, Problem
-from engine.values import show as _show, shown
+from engine.values import shown
 
 
 class Axis:
@@ -255,17 +255,6 @@ def domain_changes(a, b, axes) -> dict:
     return out
 
 
-def _domain_text(d: dict) -> str:
-    parts = []
-    for name, ch in d["values"].items():
-        parts.append(f"{name} " + " ".join([f"+{v}" for v in ch["added"]] + [f"-{v}" for v in ch["removed"]]))
-    if d["inputs_added"]:
-        parts.append("new inputs " + ", ".join(d["inputs_added"]))
-    if d["inputs_removed"]:
-        parts.append("inputs removed " + ", ".join(d["inputs_removed"]))
-    return "; ".join(parts)
-
-
 def _example(names, combo, oa, ob) -> dict:
     def side(o):
         out = {"status": o.status}
@@ -278,56 +267,3 @@ def _example(names, combo, oa, ob) -> dict:
 
     return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}
 
-
-def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
-    a, b = result["a"], result["b"]
-    head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
-    if result.get("where"):
-        head += " where " + " ".join(f"{k}={_show(v)}" for k, v in result["where"].items())
-    changed = sum(result["counts"].values())
-    lines = []
-    if markdown:
-        lines.append(f"### `{head}`: {changed} of {result['total']} configs change")
-        lines.append("")
-        lines.append("| class | configs |")
-        lines.append("|---|---:|")
-        lines += [f"| {cls} | {n} |" for cls, n in result["counts"].items()]
-        if _domain_text(result["domain"]):
-            lines += ["", f"Domain: {_domain_text(result['domain'])}"]
-        for g in result["groups"]:
-            lines.append("")
-            where = f", where `{g['where']}`" if g["where"] else ""
-            lines.append(f"**{g['class']}** ({g['count']}): {g['change']}{where}")
-            lines.append("")
-            lines += [f"- `{t}`" for t in g["text"][:max_patterns]]
-            if len(g["text"]) > max_patterns:
-                lines.append(f"- ... {len(g['text']) - max_patterns} more patterns (`--format json` lists all)")
-            lines.append(f"- e.g. {_example_text(g['class'], g['example'])}")
-        return "\n".join(lines)
-    if result["equivalent"]:
-        return f"{head}: equivalent on all {result['total']} configs"
-    lines.append(f"{head}: {changed} of {result['total']} configs change "
-                 + "(" + ", ".join(f"{cls} {n}" for cls, n in result["counts"].items() if n) + ")")
-    if _domain_text(result["domain"]):
-        lines.append(f"domain: {_domain_text(result['domain'])}")
-    for g in result["groups"]:
-        lines.append(f"{g['class']} {g['count']}: {g['change']}")
-        lines += pattern_lines(g, max_patterns)
-        lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
-    return "\n".join(lines)
-
-
-def _example_text(cls: str, ex: dict) -> str:
-    if cls == "log_changed":
-        a, b = ex["a"]["log"], ex["b"]["log"]
-        i = next((k for k in range(max(len(a), len(b))) if (a[k:k + 1] != b[k:k + 1])), 0)
-        return f"log {a[i] if i < len(a) else '(none)'!r}  =>  {b[i] if i < len(b) else '(none)'!r}"
-
-    def side(s):
-        if s["status"] == "ok":
-            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
-        if s["status"] == "error":
-            return f"invalid config ({s['check']}: {s['message']})"
-        return f"rejected: {s['message']}"
-
-    return f"{side(ex['a'])}  =>  {side(ex['b'])}"

@@ -17,7 +17,6 @@ from engine.errors import ConfigError, PolicyError, Problem
 from engine.language.schema import schema_problems
 from engine.suggest import did_you_mean
 from engine.files.yaml_reader import ReadError, load_document
-from engine.values import shown
 
 _TEST_FILE = re.compile(r"^v(\d+)\.ya?ml$")
 
@@ -183,30 +182,6 @@ def what_covers(rule) -> str:
     if rule.stage == "defaults":
         return "be chosen"
     return "be violated"
-
-
-def report_text(results: list[FileResult], min_coverage: float | None) -> tuple[str, bool]:
-    lines = []
-    ok = True
-    for fr in results:
-        p = fr.policy
-        for c in fr.failed:
-            ok = False
-            lines.append(f"FAIL {fr.file}:{c.line}: {c.name}")
-            for what, expected, actual in c.mismatches:  # unclipped: messages may differ at the end
-                lines.append(f"    {what}: expected {shown(expected, None)}")
-                lines.append(f"    {' ' * len(what)}  actual   {shown(actual, None)}")
-        done, total, missing = coverage(fr)
-        pct = 100.0 * done / total if total else 100.0
-        passed = len(fr.cases) - len(fr.failed)
-        lines.append(f"{p.ref} ({fr.file}): {passed}/{len(fr.cases)} cases passed; "
-                     f"rule coverage {done}/{total} ({pct:.0f}%)")
-        for r in missing:
-            lines.append(f"    not covered: {r.stage} rule {r.name} ({p.location(r)}): no case makes it {what_covers(r)}")
-        if min_coverage is not None and pct < min_coverage:
-            ok = False
-            lines.append(f"    coverage {pct:.0f}% is below the minimum {min_coverage:g}%")
-    return "\n".join(lines), ok
 
 
 def report_json(results: list[FileResult]) -> dict:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import itertools
 
-from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
+from engine.analysis.domain import PROGRESS_EVERY, check_size
 from engine.analysis.outcomes import cube_terms, minimize
-from engine.values import show as _show
 
 
 def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
@@ -109,69 +108,3 @@ def _terms(cube, axes, domains):
         out.append((name, values, op))
     return out
 
-
-def _cell(values: list | None) -> str:
-    if not values:
-        return "any"
-    return ", ".join(_show(v) for v in values)
-
-
-def _allowed_cell(allowed: list, all_backends: list) -> str:
-    if not allowed:
-        return "none"
-    if len(allowed) == len(all_backends):
-        return "any"
-    if len(allowed) > len(all_backends) / 2:  # the shorter way to say it
-        return "any but " + ", ".join(b for b in all_backends if b not in allowed)
-    return ", ".join(allowed)
-
-
-def table_text(policy, result: dict, markdown: bool = False) -> str:
-    axes = [a for a in result["axes"] if any(a in r["when"] for r in result["rows"])]
-    phases = list(policy.phases)
-    any_rejected = any(r["rejected"] is not None for r in result["rows"])
-    head = axes + [f"{ph} default" for ph in phases] + [f"{ph} allowed" for ph in phases]
-    head += ["rejected with"] if any_rejected else []
-    body = []
-    for r in result["rows"]:
-        cells = [_cell(r["when"].get(a)) for a in axes]
-        if r["rejected"] is not None:
-            cells += ["-"] * len(phases)
-        else:
-            cells += [_show(r["defaults"][ph]) for ph in phases]
-        cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
-                  for ph in phases]
-        if any_rejected:
-            cells.append(r["rejected"] or "")
-        body.append(cells)
-    fixed = ", ".join(f"{k}={_show(v)}" for k, v in result["fixed"].items())
-    title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
-    if policy.upstream is not None:
-        title += f", which models {policy.upstream.label()}"
-    if markdown:
-        lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
-        return "\n".join(lines)
-    widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
-    return "\n".join(lines)
-
-
-README_TABLES = (
-    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
-)
-
-
-def readme_table() -> str:
-    """The README's routing tables (kept current by a test)."""
-    from engine.policy.loader import load_policy
-
-    parts = []
-    for ref, where in README_TABLES:
-        policy = load_policy(ref)
-        result = routing_rows(policy, parse_where(policy, where))
-        cmd = f"hisparse table --policy {ref} " + " ".join(f"--where {w}" for w in where) + " --format markdown"
-        parts.append(f"`{cmd}`\n\n" + table_text(policy, result, markdown=True))
-    return "\n\n".join(parts)

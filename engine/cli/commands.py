@@ -123,7 +123,8 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--max-patterns", type=int_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
-    from engine.analysis.diff import diff, diff_text
+    from engine.analysis.diff import diff
+    from engine.cli.reports import diff_text
     from engine.policy.loader import load_policy
 
     result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
@@ -146,7 +147,8 @@ def cmd_table(argv) -> int:
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
     from engine.analysis.domain import parse_where
-    from engine.analysis.table import routing_rows, table_text
+    from engine.analysis.table import routing_rows
+    from engine.cli.reports import table_text
 
     policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
     result = routing_rows(policy, parse_where(policy, ns.where), progress=Progress("table: configs", 0))
@@ -165,13 +167,14 @@ def cmd_test(argv) -> int:
     parser.add_argument("--min-coverage", type=float, metavar="PCT", help="fail when a policy's rule coverage is below PCT")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     ns = parser.parse_args(argv)
-    from engine.analysis.policytest import report_json, report_text, run
+    from engine.analysis.policytest import report_json, run
+    from engine.cli.reports import policy_test_text
 
     results, problems = run(ns.paths, ns.policy_dir)
     if problems:
         print_problems(problems)
         return ERROR
-    text, ok = report_text(results, ns.min_coverage)
+    text, ok = policy_test_text(results, ns.min_coverage)
     if ns.format == "json":
         emit_json(report_json(results))
     else:
@@ -193,7 +196,8 @@ def cmd_replay(argv) -> int:
                              "at most HISPARSE_MAX_FILE_BYTES")
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
-    from engine.serving.records import replay, replay_text
+    from engine.serving.records import replay
+    from engine.cli.reports import replay_text
 
     result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
                     max_records=max(ns.max_records, 0))
@@ -243,14 +247,14 @@ def cmd_conform(argv) -> int:
     except SGLangUnavailable as exc:
         print(f"hisparse conform: {exc}", file=sys.stderr)
         return ERROR
-    from engine.sglang.conform.report import report_text
+    from engine.cli.reports import conform_text
 
     if result["warning"] and ns.format != "text":
         print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
     if ns.format == "json":
         emit_json(result)
     else:
-        print(report_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
     return OK if result["conformant"] else VIOLATION
 
 

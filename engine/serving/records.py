@@ -232,23 +232,3 @@ def _said(o) -> str:
         return "accepted " + " ".join(f"{k}={v}" for k, v in o.backends)
     return ("invalid config: " if o.status == "error" else "rejected: ") + str(o.message)
 
-
-def replay_text(result: dict) -> str:
-    p = result["policy"]
-    head = f"replay against {p['family']}@{p['version']}"
-    if result["equivalent"]:
-        text = f"{head}: all {result['total']} recorded decisions stay the same"
-    else:
-        changed = sum(result["counts"].values())
-        text = (f"{head}: {changed} of {result['total']} recorded decisions would change ("
-                + ", ".join(f"{c} {n}" for c, n in result["counts"].items() if n) + ")")
-    lines = [text]
-    for g in result["groups"]:
-        more = " ..." if g["count"] > len(g["lines"]) else ""
-        lines.append(f"{g['class']} {g['count']}: {g['change']} (lines {', '.join(map(str, g['lines'][:10]))}"
-                     f"{' ...' if len(g['lines']) > 10 else more})")
-        ex = g["example"]
-        lines.append(f"    e.g. line {ex['line']}: {ex['recorded']}  =>  {ex['now']}")
-    for prob in result["problems"]:
-        lines.append(f"{prob['file']}:{prob['line']}:{prob['col']}: {prob['code']}: {prob['message']}")
-    return "\n".join(lines)

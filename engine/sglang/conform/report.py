@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-from engine.analysis.outcomes import cube_json, cube_text, factor, minimize, pattern_lines
+from engine.analysis.outcomes import cube_json, cube_text, factor, minimize
 from engine.values import show
 
 FIELDS = ("acceptance", "message", "kv_cache_dtype", "backends", "log")
@@ -192,60 +192,3 @@ def compare(policy, configs: list[dict], cases: list, results: list, sampled: bo
     return {"total": len(configs), "counts": counts, "fields": fields, "conformant": counts["differ"] == 0,
             "groups": groups, "out_of_scope": out_of_scope}
 
-
-def _side_text(s: dict) -> str:
-    if s["ok"]:
-        b = s["backends"]
-        text = f"accepted kv_cache_dtype={s['kv_cache_dtype']} prefill={b['prefill']} decode={b['decode']}"
-    else:
-        text = f"rejected: {s['message']}"
-    return text + "".join(f"\n        log: {line}" for line in s["log"])
-
-
-def report_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
-    """The report for a person (text) or a document (markdown)."""
-    c = result["counts"]
-    head = (f"{result['policy']['family']}@{result['policy']['version']} vs SGLang {result['sglang']}: "
-            f"{c['agree']:,} of {result['total']:,} configs agree")
-    if c["out_of_scope"]:
-        head += f", {c['out_of_scope']:,} out of scope"
-    if c["differ"]:
-        head += f", {c['differ']:,} differ (" + ", ".join(f"{f} {n:,}" for f, n in result["fields"].items() if n) + ")"
-    scope = []
-    if result.get("sample"):
-        scope.append(f"a stratified sample of {result['sample']['n']:,} (seed {result['sample']['seed']}) "
-                     f"of the {result['domain_size']:,} configs of the declared domain")
-    if result.get("where"):
-        scope.append("where " + " ".join(f"{k}={show(v)}" for k, v in result["where"].items()))
-    lines = []
-    if markdown:
-        lines.append(f"### {head}")
-        if scope:
-            lines += ["", "Configs: " + "; ".join(scope) + "."]
-        for title, groups in (("Differences", result["groups"]), ("Out of scope", result["out_of_scope"])):
-            for g in groups:
-                label = g["change"] if "change" in g else f"rejected at {g['at']}: {g['why']}"
-                where = f", where `{g['where']}`" if g["where"] else ""
-                lines += ["", f"**{title.lower()}** ({g['count']:,}): {label}{where}", ""]
-                lines += [f"- `{t}`" for t in g["text"][:max_patterns]]
-                if len(g["text"]) > max_patterns:
-                    lines.append(f"- ... {len(g['text']) - max_patterns} more patterns (`--format json` lists all)")
-                ex = g["example"]
-                lines.append(f"- e.g. `{' '.join(ex['argv']) or '(no flags)'}` on {ex['architecture']}, "
-                             f"{ex['platform']} SM{ex['capability'][0]}{ex['capability'][1]}")
-        return "\n".join(lines)
-    lines.append(head)
-    if scope:
-        lines.append("configs: " + "; ".join(scope))
-    if result.get("warning"):
-        lines.append("warning: " + result["warning"])
-    for g in result["groups"] + result["out_of_scope"]:
-        label = g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}"
-        lines.append(f"{g['count']:,}: {label}")
-        lines += pattern_lines(g, max_patterns)
-        ex = g["example"]
-        lines.append(f"    e.g. {' '.join(ex['argv']) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
-                     f"SM{ex['capability'][0]}.{ex['capability'][1]}]")
-        lines.append(f"      policy: {_side_text(ex['policy'])}")
-        lines.append(f"      SGLang: {_side_text(ex['sglang'])}")
-    return "\n".join(lines)
