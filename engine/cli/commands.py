@@ -56,7 +56,7 @@ def cmd_evaluate(argv) -> int:
     if ns.format == "json":
         emit_json(decision.to_dict())
     else:
-        from engine.cli.render import decision_text
+        from engine.cli.decision_text import decision_text
 
         print(decision_text(decision))
     return OK if decision.ok else VIOLATION
@@ -75,7 +75,7 @@ def cmd_explain(argv) -> int:
     ns = parser.parse_args(argv)
     config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
-    from engine.cli.render import explanation_text
+    from engine.cli.decision_text import explanation_text
 
     print(explanation_text(decision, trace))
     return OK if decision.ok else VIOLATION
