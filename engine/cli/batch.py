@@ -14,24 +14,14 @@ def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str
     own error object and every other line is still evaluated, in order. The source is a regular
     file or a pipe (stdin, a FIFO, `<(...)`): a device such as /dev/zero never ends and is refused,
     and a line running on for MAX_LINE_FACTOR times the limit without a newline stops the batch."""
-    from engine.files.streams import RUNAWAY, MAX_LINE_FACTOR, lines_of, open_stream
+    from engine.files.streams import RUNAWAY, MAX_LINE_FACTOR, numbered_lines, open_stream
     from engine.files.reading import max_file_bytes
 
     stream = open_stream("batch input" if source == "-" else "batch file", source)
 
     worst = OK
-    lines = lines_of(stream, max_file_bytes())
-    number = 0
     try:
-        while True:
-            try:  # only reading is guarded here: a failed write is the output's error, not the input's
-                line = next(lines, None)
-            except OSError as exc:
-                raise ConfigError([Problem("C504", f"cannot read batch input: {exc.strerror or exc}",
-                                           source)]) from None
-            if line is None:
-                break
-            number += 1
+        for number, line in numbered_lines(stream, max_file_bytes(), "batch input", source):
             if line is RUNAWAY:
                 raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
                                            "bytes without a newline; stopped reading", source,

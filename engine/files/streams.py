@@ -42,6 +42,22 @@ TOO_LONG = object()
 RUNAWAY = object()
 
 
+def numbered_lines(stream, limit: int, what: str, source: str):
+    """(line number, line) for each line of lines_of(stream, limit); a read that fails is C504
+    naming `what` and `source` (only reading: what the caller does with a line is its own)."""
+    lines = lines_of(stream, limit)
+    number = 0
+    while True:
+        try:
+            line = next(lines, None)
+        except OSError as exc:
+            raise ConfigError([Problem("C504", f"cannot read {what}: {exc.strerror or exc}", source)]) from None
+        if line is None:
+            return
+        number += 1
+        yield number, line
+
+
 def open_stream(what: str, source: str):
     """A binary stream to read `source` ('-' = stdin) from: a regular file, a pipe or a FIFO (they
     end when their writer does; a FIFO is opened without waiting for one), or a terminal on stdin.

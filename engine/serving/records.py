@@ -107,24 +107,14 @@ def read_records(path: str, max_records: int = MAX_RECORDS):
     limits (HISPARSE_MAX_FILE_BYTES, 64-bit integers, depth) and its fields are checked, so a
     tampered record is a C505 problem of its own line; more than `max_records` records stop the
     replay with C505."""
-    from engine.files.streams import RUNAWAY, TOO_LONG, lines_of, open_stream
+    from engine.files.streams import RUNAWAY, TOO_LONG, numbered_lines, open_stream
     from engine.files.yaml_reader import ReadError, max_file_bytes, parse_json
 
     limit = max_file_bytes()
     stream = open_stream("the record file", path)
     records = 0
     with stream:
-        lines = lines_of(stream, limit)
-        number = 0
-        while True:
-            try:
-                line = next(lines, None)
-            except OSError as exc:
-                raise ConfigError([Problem("C504", f"cannot read the record file: {exc.strerror or exc}",
-                                           path)]) from None
-            if line is None:
-                return
-            number += 1
+        for number, line in numbered_lines(stream, limit, "the record file", path):
             torn = isinstance(line, bytes) and not line.endswith(b"\n")  # only the last line can lack one
             if line is RUNAWAY or line is TOO_LONG:
                 yield number, None, Problem("C505", f"a record longer than {limit} bytes "
