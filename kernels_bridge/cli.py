@@ -11,7 +11,7 @@ import sys
 from engine.cli.commands import main as engine_main, register
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
-from engine.cli.output import Progress
+from engine.progress import Progress
 from engine.values import shown
 
 # attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs

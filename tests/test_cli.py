@@ -185,7 +185,7 @@ def test_terminal_controls_are_escaped_in_text_and_json(capsys, tmp_path):
 def test_progress_lines_suit_the_stream():
     import io
 
-    from engine.cli.output import Progress
+    from engine.progress import Progress
 
     log = io.StringIO()
     p = Progress("step", 3, delay=0.0, every=0.0, stream=log)

@@ -24,7 +24,6 @@ import pytest
 from engine.sglang.conform import drivers, runner
 from engine.sglang.conform.machine import platform_facts
 from engine.sglang.conform.model_folders import config_fields
-from engine.sglang.conform.progress import Progress
 from engine.sglang.conform.protocol import Case, Result
 from tests.helpers import ROOT
 
@@ -337,9 +336,9 @@ def test_progress_on_a_terminal_is_redrawn():
 
     clock = iter(range(1000)).__next__  # one second per reading: every update redraws
     out = Tty()
-    bar = Progress(out, 3, clock=clock)
+    bar = runner.launches_line(out, 3, clock=clock)
     for done in (1, 2, 3):
-        bar.update(done)
+        bar(done)
     bar.close()
     text = out.getvalue()
     assert text.count("\r") == 4 and text.endswith("\n") and text.count("\n") == 1

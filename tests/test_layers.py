@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # only from its own layer and the ones below. "engine" is the package's own __init__ (the public
 # facade) and nothing else; every other module must fall in a listed package.
 LAYERS = [
-    (("engine.errors", "engine.values", "engine.suggest", "engine.version"),
-     "base: problems and error types, value parsing and display, did-you-mean, the version"),
+    (("engine.errors", "engine.values", "engine.suggest", "engine.version", "engine.progress"),
+     "base: problems and error types, value parsing and display, did-you-mean, the version, the progress line"),
     (("engine.files",), "reading files and streams safely, and where the shipped policy files lie"),
     (("engine.language",), "what a policy document means: inputs, rules, conditions, parts, compiled evaluator"),
     (("engine.policy",), "a loaded policy: finding, loading, caching, evaluating, memoising"),

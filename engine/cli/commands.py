@@ -14,7 +14,8 @@ from engine.errors import HisparseError
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
                                 print_problems, split_launch)
-from engine.cli.output import OutputError, Progress, SafeStream, silence
+from engine.cli.output import OutputError, SafeStream, silence
+from engine.progress import Progress
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
 from engine.values import clip, shown

@@ -1,5 +1,5 @@
 """Where the command line writes: standard streams that escape terminal controls, turn write
-failures into one clear error, and a progress line that suits the stream it goes to.
+failures into one clear error (the progress line is engine/progress.py).
 
 Every text the CLI prints passes through `SafeStream.write`, so a control character in a policy
 message, a config key or a model path is shown as an escape (engine.values.escape) and can never
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from engine.errors import EngineError
 from engine.values import escape
@@ -78,60 +77,3 @@ def silence(raw) -> None:
         os.close(null)
     except (AttributeError, OSError, ValueError):
         pass
-
-
-class Progress:
-    """`label done/total` on stderr while a long job runs. On a terminal one line redrawn in place
-    (at most 10 times a second); elsewhere (a log, a pipe) whole lines, at most one every
-    `every` seconds, so a log reads `step 5/8` lines and never `step 5/8step 6/8`. Nothing is
-    shown for a job that ends within `delay` seconds."""
-
-    def __init__(self, label: str, total: int, delay: float = 1.0, every: float = 10.0, stream=None):
-        self.label, self.total = label, total
-        self.stream = stream
-        self.tty = self._stream_isatty()
-        self.start = time.monotonic()
-        self.delay, self.every = delay, every
-        self.shown_at = None  # when the last line was written
-        self.drawn = False  # a terminal line is waiting for its newline
-
-    def _out(self):
-        s = self.stream or sys.stderr
-        return getattr(s, "raw", s)  # progress writes its own control (\r): not escaped
-
-    def _stream_isatty(self) -> bool:
-        try:
-            return bool(self._out().isatty())
-        except (AttributeError, OSError, ValueError):
-            return False
-
-    def __call__(self, done: int, total: int | None = None) -> None:
-        total = self.total if total is None else total
-        now = time.monotonic()
-        if now - self.start < self.delay and done < total:
-            return
-        gap = 0.1 if self.tty else self.every
-        if self.shown_at is not None and now - self.shown_at < gap and done < total:
-            return
-        if done >= total and self.shown_at is None:
-            return  # finished before anything was shown: nothing to close
-        self.shown_at = now
-        text = f"{self.label} {done}/{total}"
-        if self.tty:
-            self._write(f"\r{text}" + ("\n" if done >= total else ""))
-            self.drawn = done < total
-        else:
-            self._write(text + "\n")
-
-    def close(self) -> None:
-        if self.drawn:
-            self._write("\n")
-            self.drawn = False
-
-    def _write(self, text: str) -> None:
-        try:
-            out = self._out()
-            out.write(text)
-            out.flush()
-        except (AttributeError, OSError, ValueError):
-            pass  # progress is a courtesy: a stderr that fails must not stop the work

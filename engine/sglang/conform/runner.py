@@ -11,12 +11,13 @@ import gc
 import multiprocessing
 import multiprocessing.connection
 import signal
+import time
 import traceback
 from collections import deque
 
 from engine.errors import EngineError
 from engine.sglang.conform.drivers import resolve
-from engine.sglang.conform.progress import Progress
+from engine.progress import Progress
 
 
 def describe(case) -> str:
@@ -79,6 +80,13 @@ def _chunk_size(n: int, workers: int) -> int:
     return max(1, min(32, n // (workers * 8) or 1))
 
 
+def launches_line(stream, total: int, label: str = "conform", clock=time.monotonic) -> Progress:
+    """The progress line of a run: shown from the start, a line per tenth (or 30 s) off a terminal,
+    and a closing line with the rate whatever happened."""
+    return Progress(label, total, stream=stream, delay=0.0, every=30.0, unit="launches", tenths=True,
+                    summary=True, clock=clock)
+
+
 def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "conform"):
     """Results of `driver` on `cases`, in input order.
 
@@ -87,7 +95,7 @@ def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "c
     text stream for the progress line, or None."""
     driver = resolve(driver)
     cases = list(cases)
-    bar = Progress(progress, len(cases), label) if progress is not None else None
+    bar = launches_line(progress, len(cases), label) if progress is not None else None
     try:
         driver.load()
         if workers <= 0 or not cases:
@@ -98,7 +106,7 @@ def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "c
                     raise DriverError(index, case, value)
                 results.append(value)
                 if bar:
-                    bar.update(index + 1)
+                    bar(index + 1)
             return results
         return _run_forked(driver, cases, min(workers, len(cases)), bar)
     finally:
@@ -151,7 +159,7 @@ def _run_forked(driver, cases, workers, bar):
                 except (EOFError, OSError):  # the worker's end closed: it died
                     gone = True
                 if bar:
-                    bar.update(done)
+                    bar(done)
                 if not state["pending"]:
                     if not _send_next(state, todo):
                         live.remove(state)
