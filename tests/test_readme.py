@@ -22,9 +22,17 @@ def read(name):
         return fh.read()
 
 
-def test_generated_blocks_are_current():
-    stale = stale_blocks(read("README.md"))
-    assert not stale, f"README blocks out of date: {stale}; run `python -m tools.readme README.md`"
+PAGES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
+
+
+def read_all():
+    return "\n".join(read(page) for page in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_generated_blocks_are_current(page):
+    stale = stale_blocks(read(page))
+    assert not stale, f"{page} blocks out of date: {stale}; run `python -m tools.readme {page}`"
 
 
 def test_quickstart_targets_exist():
@@ -93,7 +101,7 @@ def readme_examples():
     text = read("README.md")
     make_run = text.index("`make run` prints")
     found = []
-    for info, lines in code_blocks(text):
+    for info, lines in code_blocks(read_all()):
         for command, expected, code in examples(lines):
             found.append((command, expected, code))
     # the make run block is checked whole through examples/run.sh (test_make_run_prints_what_the_readme_shows)
@@ -133,7 +141,7 @@ def test_make_run_fails_when_a_step_fails(tmp_path):
 
 
 def test_launch_command_example_runs():
-    text = read("README.md")
+    text = read_all()
     commands = [" ".join(line.rstrip("\\").strip() for line in lines) for info, lines in code_blocks(text)
                 if info == "sh" and lines[0].startswith("hisparse evaluate -- ")]
     assert commands
@@ -143,7 +151,7 @@ def test_launch_command_example_runs():
 
 
 def test_json_decision_example_is_real_output():
-    text = read("README.md")
+    text = read_all()
     block = next(lines for info, lines in code_blocks(text) if info == "json" and lines[0].startswith('{"ok"'))
     shown = json.loads(re.sub(r'"([0-9a-f]+)…"', r'"\1"', "\n".join(block)))  # an abbreviated sha256
     code, out = run_hisparse("hisparse evaluate --policy nsa-backends@2 --enable-hisparse --kv-cache-dtype "
@@ -180,7 +188,7 @@ def test_python_api_example_values_are_real():
     literal: to a mapping with those keys)."""
     import ast
 
-    text = read("README.md")
+    text = read_all()
     block = next(lines for info, lines in code_blocks(text)
                  if info == "python" and any(line.startswith("d = engine.evaluate(policy") for line in lines))
     first = next(i for i, line in enumerate(block) if line.startswith("d.ok"))
@@ -217,8 +225,7 @@ def test_language_snippets_of_v4_are_excerpts_of_it():
     own text, so they load and mean what the shipped policy means."""
     import yaml
 
-    readme = read("README.md")
-    section = readme[readme.index("## The policy language"):readme.index("## Python API")]
+    section = read("docs/policy-language.md")
     with open(os.path.join(ROOT, "policies", "nsa-backends", "v4.yaml"), encoding="utf-8") as fh:
         v4 = yaml.safe_load(fh)
     snippets = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
@@ -234,4 +241,4 @@ def test_the_removed_spelling_example_is_what_v4_says():
 
     with pytest.raises(engine.ConfigError) as exc:
         engine.load_policy("nsa-backends@4").evaluate({"nsa-decode-backend": "fa3"})
-    assert f"`{exc.value.problems[0]}`" in read("README.md")
+    assert f"`{exc.value.problems[0]}`" in read("docs/policy-language.md")
