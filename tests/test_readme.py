@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tools import readme as generator
 from tools.readme import stale_blocks
 from tests.helpers import ROOT
 
@@ -22,17 +23,37 @@ def read(name):
         return fh.read()
 
 
-PAGES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
+PAGES = generator.pages(ROOT)
 
 
 def read_all():
     return "\n".join(read(page) for page in PAGES)
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", generator.generated_pages(ROOT))
 def test_generated_blocks_are_current(page):
     stale = stale_blocks(read(page))
-    assert not stale, f"{page} blocks out of date: {stale}; run `python -m tools.readme {page}`"
+    assert not stale, f"{page} blocks out of date: {stale}; run `python -m tools.readme`"
+    assert not generator.unknown_blocks(read(page)), "a marked block no generator produces"
+
+
+def test_the_generator_covers_every_page_with_a_block():
+    """`python -m tools.readme` (no argument) rewrites every page holding a marker, README.md and
+    docs/*.md alike, so no page's blocks are left to go stale; --check reports without writing."""
+    marked = [p for p in PAGES if "<!-- BEGIN " in read(p)]
+    assert any(p.startswith("docs/") for p in marked)
+    assert generator.generated_pages(ROOT) == marked
+
+
+def test_the_generator_rewrites_a_stale_block_and_check_reports_it(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("text\n<!-- BEGIN error-codes -->\nSTALE TEXT\n<!-- END error-codes -->\nmore\n", encoding="utf-8")
+    assert generator.main(["--check", str(page)]) == 1
+    assert "error-codes" in capsys.readouterr().err and "STALE TEXT" in page.read_text(encoding="utf-8")
+    assert generator.main([str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "| E101 | unreadable-file |" in text and "STALE TEXT" not in text and text.endswith("more\n")
+    assert generator.main(["--check", str(page)]) == 0
 
 
 def test_quickstart_targets_exist():

@@ -1,5 +1,7 @@
-"""Generated parts of the README, kept true by a test: `python -m tools.readme README.md` rewrites
-every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers."""
+"""Generated parts of the README and docs/*.md, kept true by a test: `python -m tools.readme` rewrites
+every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers in every page that has
+one (`python -m tools.readme PAGE ...`: those pages only; `--check`: exit 1 naming the stale ones,
+writing nothing)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +18,8 @@ def codes_table() -> str:
     return "\n".join(rows)
 
 
-CONFORMANCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "conformance")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFORMANCE = os.path.join(ROOT, "docs", "conformance")
 
 
 def conformance_table() -> str:
@@ -94,17 +97,47 @@ def stale_blocks(text: str) -> list[str]:
             if m.group("name") in gens and m.group("body").rstrip("\n") != gens[m.group("name")]().rstrip("\n")]
 
 
+def unknown_blocks(text: str) -> list[str]:
+    """Names of marked blocks no generator produces (a misspelt name would never be rewritten)."""
+    gens = blocks()
+    return [m.group("name") for m in _BLOCK.finditer(text) if m.group("name") not in gens]
+
+
+def pages(root: str = ROOT) -> list[str]:
+    """The README and every docs page, relative to root: the pages the documentation is made of."""
+    docs = os.path.join(root, "docs")
+    return ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(docs) if n.endswith(".md"))
+
+
+def generated_pages(root: str = ROOT) -> list[str]:
+    """The pages holding at least one generated block."""
+    found = []
+    for page in pages(root):
+        with open(os.path.join(root, page), encoding="utf-8") as fh:
+            if _BLOCK.search(fh.read()):
+                found.append(page)
+    return found
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    path = argv[0] if argv else "README.md"
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    new = render(text)
-    if new != text:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(new)
-        print(f"updated {path}")
-    return 0
+    check = "--check" in argv
+    paths = [a for a in argv if a != "--check"] or [os.path.join(ROOT, p) for p in generated_pages()]
+    stale = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if check:
+            stale += [f"{path}: {name}" for name in stale_blocks(text)]
+            continue
+        new = render(text)
+        if new != text:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(new)
+            print(f"updated {os.path.relpath(path)}")
+    for line in stale:
+        print(f"stale: {line} (run `python -m tools.readme`)", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
