@@ -51,11 +51,47 @@ def conformance_table() -> str:
     return "\n".join(rows + ([""] + notes if notes else []))
 
 
+def _reports() -> dict:
+    """policy reference -> the saved `hisparse conform --format json` report of it."""
+    out = {}
+    for name in sorted(os.listdir(CONFORMANCE)) if os.path.isdir(CONFORMANCE) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(CONFORMANCE, name), encoding="utf-8") as fh:
+                r = json.load(fh)
+            out[f"{r['policy']['family']}@{r['policy']['version']}"] = r
+    return out
+
+
+def versions_table() -> str:
+    """The shipped versions: what each models (its `upstream`) and what `hisparse conform` found
+    against that SGLang (the saved reports)."""
+    from engine.policy.loader import list_families, load_policy
+    from engine.policy.shipped import DEFAULT_POLICY
+
+    rows = ["| version | models | `hisparse conform` against | configs | agree | out of scope | differ |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    reports = _reports()
+    for family, versions in sorted(list_families().items()):
+        for version in versions:
+            ref = f"{family}@{version}"
+            upstream = load_policy(ref).upstream
+            shown = f"`{ref}`" + (" (newest: the default)" if version == versions[-1] and family == DEFAULT_POLICY else "")
+            r = reports.get(ref)
+            if r is None:
+                rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | not run | | | | |")
+                continue
+            c = r["counts"]
+            rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | SGLang {r['sglang']} | {r['total']:,} | "
+                        f"{c['agree']:,} | {c['out_of_scope']:,} | {c['differ']:,} |")
+    return "\n".join(rows)
+
+
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
     from engine.sglang.models import models_table
 
-    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
+    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table,
+           "versions": versions_table}
     try:
         from engine.analysis.table import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap
@@ -69,9 +105,10 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
-        from bench.report import accuracy_table
+        from bench.report import accuracy_table, headline
 
         out["accuracy"] = accuracy_table
+        out["headline"] = headline
     return out
 
 
