@@ -106,7 +106,7 @@ def performance_notes() -> str:
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
     lines = [f"What the figures say ({heading}):", ""]
-    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see the Python API):
+    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see [api.md](api.md)):
   `policy.evaluate` takes {dc['policy_us_per_decision']} us per config of the v2 domain asked again,
   against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
   flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
@@ -166,7 +166,7 @@ def performance_notes() -> str:
     lines.append(f"""- **GPU**: `bench/gpu_check.py` measures the bridge against direct `flash_mla` calls (per-call
   overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes{anchors}. No GPU was available where
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
-  it on a GPU machine as the kernel bridge section says.""")
+  it on a GPU machine as [bridge.md](bridge.md#the-gpu-check) says.""")
     return "\n".join(lines)
 
 
