@@ -180,7 +180,7 @@ def headline() -> str:
     dc, st, an = e["figures"]["decision_cost"], e["figures"]["startup"], e["figures"]["analyses"]
     rates, kv = k["figures"]["rates"], m["figures"]["kv_bytes_per_token"]
     cosines = [c for f in acc["figures"]["fp8_vs_bf16"].values() for c in f["cosine"]]
-    sharpest = max(acc["figures"]["fp8_vs_bf16"], key=float)
+    logit_std = [x for f in acc["figures"]["fp8_vs_bf16"].values() for x in f["logit_std"]]
 
     def span(key: str) -> str:
         lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
@@ -194,8 +194,8 @@ def headline() -> str:
         f"`hisparse diff nsa-backends@2 nsa-backends@3` compares {an['diff_v2_v3_configs']:,} configs in "
         f"{an['diff_v2_v3']['cpu_s']} s.",
         f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
-        f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better up to "
-        f"q scale {sharpest}.",
+        f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "
+        f"of std up to {max(logit_std):.1f} ([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",
         f"- The CPU reference kernels (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8 "
         f"decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill), against {span('matmul_gflops')} GFLOP/s for a "
         f"float32 matmul of the same FLOPs.",
@@ -208,5 +208,6 @@ def headline() -> str:
         lines.append(f"- Not measured: FlashMLA on a GPU; `bench/results/gpu.json` records why ({gpu['figures']['reason']}).")
     machine = e["machine"]
     lines += ["", f"Measured on {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
-                  f"{machine['python']}, torch {machine.get('torch')}."]
+                  f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
+                  "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)
