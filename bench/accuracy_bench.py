@@ -3,19 +3,16 @@ BF16 table is generated from bench/results/accuracy.json). Not a timing: the fig
 on the seeds, so a shared machine measures them as well as an idle one."""
 from __future__ import annotations
 
-import os
 import sys
 
-from bench.common import ROOT, write_result
-
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+from bench.common import write_result
 
 Q_SCALES = (0.25, 0.5, 1.0)
 SEEDS = (0, 1, 2)
 
 
 def run(quick: bool) -> str:
-    from test_reference import fp8_vs_bf16_figures  # the same measurement the test bounds
+    from kernels_bridge.accuracy import fp8_vs_bf16_figures  # the same measurement the test bounds
 
     seeds = SEEDS[:1] if quick else SEEDS
     figures = {"setup": {"h_q": 128, "topk": 2048, "batch": 4, "seeds": list(seeds),

@@ -11,19 +11,16 @@ import tempfile
 
 from bench.common import ROOT, child_env, goal, interleaved, processes, write_result
 
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 PY = sys.executable
-CLI = [PY, "-m", "engine.cli"]
+CLI = [PY, "-m", "kernels_bridge.cli"]  # `hisparse`, as the console script starts it
 
 
 def decision_cost(quick: bool) -> tuple[dict, dict]:
     """policy.evaluate (memoised: every config of the domain asked again and again, as a server
     asks) against bench/flat_v2.py, which produces the same outputs; also the compiled evaluator
-    without the memo and SGLang's transcription (tests/oracles/sglang_reference.py, which builds a
-    ServerArgs-like object), for context."""
+    without the memo, for context."""
     import engine
     from bench.flat_v2 import decide
-    from tests.oracles.sglang_reference import route
 
     policy = engine.load_policy("nsa-backends@2")
     configs = list(policy.domain())
@@ -37,13 +34,13 @@ def decision_cost(quick: bool) -> tuple[dict, dict]:
                 fn(c)
         return run
 
-    t = interleaved({"policy": loop(evaluate), "flat": loop(decide), "compiled": loop(compiled),
-                     "sglang": loop(lambda c: route(2, **c))}, repeats=3 if quick else 11)
+    t = interleaved({"policy": loop(evaluate), "flat": loop(decide), "compiled": loop(compiled)},
+                    repeats=3 if quick else 11)
     per = {k: v / len(configs) * 1e6 for k, v in t.items()}
     ratio = per["policy"] / per["flat"]
     figures = {"configs": len(configs), **{f"{k}_us_per_decision": round(v, 3) for k, v in per.items()},
                "ratio": round(ratio, 3), "compiled_ratio": round(per["compiled"] / per["flat"], 3),
-               "sglang_ratio": round(per["sglang"] / per["flat"], 3), "memo_entries": len(evaluate.memo)}
+               "memo_entries": len(evaluate.memo)}
     return figures, {"decision_cost_ratio": goal(ratio, 1.0, "max", "x")}
 
 
@@ -69,7 +66,7 @@ def startup(quick: bool, cache_dir: str) -> tuple[dict, dict]:
         samples = [float(subprocess.run(_first_load_argv("nsa-backends@3"), capture_output=True, text=True,
                                         cwd=ROOT, env=e, check=True).stdout) for _ in range(5 if quick else 15)]
         loads[name] = sorted(samples)[len(samples) // 2] * 1e3
-    probe = ("import sys; from engine.cli.commands import main; main(['evaluate', '--format', 'json']); "
+    probe = ("import sys; from kernels_bridge.cli import main; main(['evaluate', '--format', 'json']); "
              "print('TORCH', 'torch' in sys.modules)")
     out = subprocess.run([PY, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env).stdout
     torch_loaded = "TORCH True" in out

@@ -46,12 +46,12 @@ def attend_peak_rss(quick: bool) -> dict:
     import json
 
     steps = "2" if quick else "6"
-    args = ["engine.cli.commands", "attend", "--kv-cache-dtype", "fp8_e4m3", "--requests", "8", "--context", "32768",
+    args = ["kernels_bridge.cli", "attend", "--kv-cache-dtype", "fp8_e4m3", "--requests", "8", "--context", "32768",
             "--hisparse-top-k", "2048", "--hisparse-device-buffer-size", "4096", "--steps", steps, "--threads", "1",
             "--format", "json"]
     peak, out = _child_peak(args)
     report = json.loads(out)
-    baseline, _ = _child_peak(["engine.cli.commands", "doctor", "--format", "json"])  # python + torch + the bridge
+    baseline, _ = _child_peak(["kernels_bridge.cli", "doctor", "--format", "json"])  # python + torch + the bridge
     return {"argv": "hisparse " + " ".join(args[1:]), "peak_rss_bytes": peak, "baseline_rss_bytes": baseline,
             "host_pool_bytes": report["memory"]["host_pool_bytes"],
             "bf16_truth_bytes": 8 * (32768 + int(steps)) * 1152,

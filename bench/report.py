@@ -111,9 +111,7 @@ def performance_notes() -> str:
   against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
   flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
   key check, the eight input checks, building the Decision) takes {dc['compiled_us_per_decision']} us
-  ({dc['compiled_ratio']}x), and the transcription of SGLang's code that builds a ServerArgs-like
-  object (`tests/oracles/sglang_reference.py`, the former baseline) {dc['sglang_us_per_decision']} us ({dc['sglang_ratio']}x
-  the flat if/else).""")
+  ({dc['compiled_ratio']}x).""")
     lines.append(f"""- **Start-up**: a `hisparse evaluate` process costs {st['evaluate_cpu_ms']} ms of CPU against
   {st['baseline_cpu_ms']} ms for Python importing yaml and jsonschema ({st['python_cpu_ms']} ms of both is
   Python's own start-up; wall times {st['evaluate_wall_ms']} and {st['baseline_wall_ms']} ms on the loaded machine).
@@ -163,7 +161,7 @@ def performance_notes() -> str:
     anchors = (f", next to FlashMLA's published\n  {published['sparse_prefill']} (sparse prefill) and "
                f"{published['sparse_decode_fp8']} (FP8 sparse decode) TFLOPS on {published['gpu']}"
                if published else "")
-    lines.append(f"""- **GPU**: `bench/gpu_check.py` measures the bridge against direct `flash_mla` calls (per-call
+    lines.append(f"""- **GPU**: the GPU check (`kernels_bridge/gpu_check.py`) measures the bridge against direct `flash_mla` calls (per-call
   overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes{anchors}. No GPU was available where
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
   it on a GPU machine as [bridge.md](bridge.md#the-gpu-check) says.""")

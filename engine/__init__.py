@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engine.policy.decision import Decision, Violation
+from engine.language.decision import Decision, Violation
 from engine.errors import CODES, ConfigError, HisparseError, PolicyError, Problem
 from engine.policy.loader import list_families, load_policy
 from engine.policy.policy import Policy
+from engine.version import __version__  # noqa: F401  (engine.__version__)
 
 __all__ = [
     "CODES", "ConfigError", "Decision", "HisparseError", "Policy", "PolicyError", "PolicyStore", "Problem",
     "Violation", "evaluate", "list_families", "load_policy",
 ]
-__version__ = "0.1.0"
 
 
 def evaluate(policy, config: Mapping) -> Decision:

@@ -63,25 +63,6 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
-def clip(text: str, limit: int = 80) -> str:
-    """`text` cut to about `limit` characters for a message: a key or value from a hostile file
-    can be a megabyte long, and a message must stay one readable line."""
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 3]}... ({len(text)} characters)"
-
-
-def shown(value, limit: int = 80) -> str:
-    """repr() of a value from a file or a config, clipped (see clip). Never raises: an API caller's
-    value may be an integer too long to print or nested too deep for repr."""
-    try:
-        text = repr(value)
-    except Exception:  # ValueError (int digits limit), RecursionError, a failing __repr__
-        text = (f"<an integer of {value.bit_length()} bits>" if isinstance(value, int)
-                else f"<a {type(value).__name__}>")
-    return clip(text, limit)
-
-
 class Problem(namedtuple("Problem", "code message file line col hint", defaults=("", 0, 0, ""))):
     """One thing wrong. `line`/`col` are 1-based; 0 when the problem has no position. (A named
     tuple rather than a dataclass: every load imports this module, and the dataclasses module
@@ -116,7 +97,16 @@ class Problem(namedtuple("Problem", "code message file line col hint", defaults=
         return out
 
 
-class HisparseError(Exception):
+class EngineError(Exception):
+    """Root of every exception class the engine defines, so `except EngineError` catches each of
+    them (tests/test_error_hierarchy.py keeps it so). HisparseError and its subclasses carry
+    problems; the rest carry a message and keep the builtin base callers catch them by
+    (TemplateSyntaxError and UnknownVersion are ValueErrors, WorkerCrashed and DriverError
+    RuntimeErrors). The CLI's exit code is chosen per class, not by this root. One class stays
+    outside: conform's prepipeline.ParserError is a SystemExit, as argparse's own exit is."""
+
+
+class HisparseError(EngineError):
     """Base of the engine's documented errors: one or more problems."""
 
     def __init__(self, problems):
@@ -133,7 +123,3 @@ class PolicyError(HisparseError):
 
 class ConfigError(HisparseError, ValueError):
     """A config given to evaluate is invalid (unknown key or value, wrong type). CLI exit code 2."""
-
-
-def sort_problems(problems: list[Problem]) -> list[Problem]:
-    return sorted(problems, key=lambda p: (p.file, p.line or 10**9, p.col, p.code))

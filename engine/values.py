@@ -1,16 +1,61 @@
-"""How values read in messages, tables and explanations: unset for null, true/false for booleans;
-the one escaping every text output goes through; integers parsed from text with a bound."""
+"""How values read in messages, tables and explanations, in one convention: booleans are true and
+false everywhere (the policy language's spelling); `show` gives a value as a word (unset for null,
+for tables, explanations and config listings), `shown` quotes a value read from a file, a config
+or a flag in a message (null, true, 'text', clipped), `kind` names its type (a boolean, a mapping),
+`typed` both. Also the one escaping every text output goes through, and integers parsed from
+text with a bound."""
 from __future__ import annotations
 
 import re
 
 
 def show(value) -> str:
+    """A value as a word: unset for null, true/false, else str() (enum names print bare)."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def clip(text: str, limit: int | None = 80) -> str:
+    """`text` cut to about `limit` characters for a message: a key or value from a hostile file
+    can be a megabyte long, and a message must stay one readable line. None: the whole text."""
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
+def shown(value, limit: int | None = 80) -> str:
+    """A value from a file, a config or a flag as a message quotes it: null, true and false as the
+    policy language writes them, anything else by repr() ('fa3', 10, ['a']), clipped (see clip).
+    Never raises: an API caller's value may be an integer too long to print or nested too deep
+    for repr."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    try:
+        text = repr(value)
+    except Exception:  # ValueError (int digits limit), RecursionError, a failing __repr__
+        text = (f"<an integer of {value.bit_length()} bits>" if isinstance(value, int)
+                else f"<a {type(value).__name__}>")
+    return clip(text, limit)
+
+
+_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+          dict: "a mapping", type(None): "null"}
+
+
+def kind(value) -> str:
+    """The type of a value as messages name it: a boolean, an integer, a number, a string, a list,
+    a mapping, null; else the Python type (a bytes)."""
+    return _KINDS.get(type(value)) or f"a {type(value).__name__}"
+
+
+def typed(value, limit: int | None = 80) -> str:
+    """kind and value together, as in "got a boolean true" (null alone: "got null")."""
+    return "null" if value is None else f"{kind(value)} {shown(value, limit)}"
 
 
 # Characters a terminal acts on instead of showing: C0 controls but newline and tab, DEL, C1
@@ -37,6 +82,7 @@ def escape_json(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
 MAX_INT_DIGITS = 20  # 64-bit values have at most 19 digits; anything longer is refused unread
 _INT = re.compile(r"[+-]?[0-9]+")
 

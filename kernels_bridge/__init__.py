@@ -1,8 +1,9 @@
 """Kernel bridge: runs the attention backend a policy chose.
 
 FP8 656-byte KV rows (`fp8`), exact CPU reference kernels (`reference`), the FlashMLA adapter
-(`flashmla`), validation and dispatch by backend name (`validate`, `dispatch`) and HiSparse's hot
-buffer (`hot_buffer`). Everything here needs torch; names are resolved lazily so that
+(`flashmla`), validation and dispatch by backend name (`validate`, `dispatch`), HiSparse's hot
+buffer (`hot_buffer`), the `hisparse attend` and `doctor` commands (`cli`) and the GPU check of
+FlashMLA against the reference (`gpu_check`). Everything here needs torch; names are resolved lazily so that
 `import kernels_bridge` stays cheap until a name is used.
 """
 from __future__ import annotations

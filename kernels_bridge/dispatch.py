@@ -14,7 +14,8 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from kernels_bridge import flashmla; from kernels_bridge import reference
-from kernels_bridge.errors import ProviderUnavailable, RoutingRejected, ValidationError, describe
+from kernels_bridge.errors import RoutingRejected, ValidationError, describe, shown
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 
 __all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
@@ -68,28 +69,28 @@ def select_provider(backend: str, device: Optional[torch.device], provider: str 
                     block_size: Optional[int] = None) -> Tuple[str, str]:
     """Which provider runs `backend` on `device` (None: the default CUDA device), and why.
 
-    Returns ("flashmla" | "reference", reason). provider="flashmla" raises ProviderUnavailable
-    when FlashMLA cannot run; provider="reference" always gives the reference.
+    Returns ("flashmla" | "reference", reason: every reason FlashMLA cannot run, joined by "; ").
+    provider="flashmla" raises ProviderUnavailable (its `reasons` list them) when FlashMLA cannot
+    run; provider="reference" always gives the reference.
     """
     _check_choice("backend", backend, BACKENDS, "the bridge provides")
     _check_choice("provider", provider, PROVIDERS, "providers are")
     if provider == "reference":
         return "reference", "provider='reference' was requested"
-    reason = flashmla.unusable_reason(device, backend=backend, attn_sink=attn_sink,
-                                      topk_length=topk_length, h_q=h_q, block_size=block_size)
-    if reason is None:
+    reasons = flashmla.unusable_reasons(device, backend=backend, attn_sink=attn_sink,
+                                        topk_length=topk_length, h_q=h_q, block_size=block_size)
+    if not reasons:
         return "flashmla", "flash_mla imports and supports this device and these arguments"
     if provider == "flashmla":
-        raise ProviderUnavailable(f"FlashMLA cannot run {backend}: {reason}",
-                                  status=flashmla.flashmla_status(device))
-    return "reference", reason
+        raise flashmla.cannot_run(backend, reasons, device)
+    return "reference", "; ".join(reasons)
 
 
 def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length, provider, d_v,
                 check_finite) -> AttentionResult:
     if softmax_scale is not None:
         raise ValidationError("softmax_scale: flashmla_sparse takes its scale as sm_scale; got "
-                              f"softmax_scale={softmax_scale!r}", argument="softmax_scale")
+                              f"softmax_scale={shown(softmax_scale)}", argument="softmax_scale")
     if sm_scale is None:
         raise ValidationError("sm_scale: flashmla_sparse requires sm_scale (a finite real "
                               "number; SGLang passes the layer's scaling); got None",
@@ -115,7 +116,7 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
             check_finite) -> AttentionResult:
     if sm_scale is not None:
         raise ValidationError("sm_scale: flashmla_kv takes its scale as softmax_scale "
-                              f"(default 1/sqrt(576)); got sm_scale={sm_scale!r}",
+                              f"(default 1/sqrt(576)); got sm_scale={shown(sm_scale)}",
                               argument="sm_scale")
     if topk_length is not None:
         raise ValidationError(
@@ -146,7 +147,7 @@ def _check_choice(what: str, value, choices, phrase: str) -> None:
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
         if close:
             hint = f"; did you mean {close[0]!r}?"
-    raise ValidationError(f"{what}: unknown {what} {value!r}; {phrase} "
+    raise ValidationError(f"{what}: unknown {what} {shown(value)}; {phrase} "
                           f"{', '.join(repr(c) for c in choices)}{hint}", argument=what)
 
 
@@ -157,9 +158,9 @@ def cache_dtype_of(kv_cache: torch.Tensor) -> Optional[str]:
     if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() == 0:
         return None
     last = kv_cache.shape[-1]
-    if kv_cache.dtype in (torch.uint8, torch.int8, torch.float8_e4m3fn) and last == 656:
+    if kv_cache.dtype in PACKED_DTYPES and last == FP8_ROW_BYTES:
         return "fp8_e4m3"
-    if kv_cache.dtype == torch.bfloat16 and last == 576:
+    if kv_cache.dtype == torch.bfloat16 and last == D_QK:
         return "bfloat16"
     return None
 
@@ -201,14 +202,14 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
         raise RoutingRejected(decision.error, decision)
     backends = decision.backends
     if phase not in backends:
-        raise ValidationError(f"phase: the policy has no phase {phase!r}; its phases are "
+        raise ValidationError(f"phase: the policy has no phase {shown(phase)}; its phases are "
                               f"{', '.join(repr(p) for p in backends)}", argument="phase")
     backend = backends[phase]
     if backend is None:
         raise RoutingRejected(f"the policy chose no {phase} backend for this config (sources: "
                               f"{decision.sources}); is it a DSA model?", decision)
     if backend not in BACKENDS:
-        raise ValidationError(f"backend: the policy chose {backend!r} for {phase}; the bridge runs "
+        raise ValidationError(f"backend: the policy chose {shown(backend)} for {phase}; the bridge runs "
                               f"{', '.join(repr(b) for b in BACKENDS)}", argument="backend")
     decided = decision.config.get("kv_cache_dtype")
     rows = cache_dtype_of(kv_cache)
@@ -219,6 +220,6 @@ def attend(decision_or_config, q: torch.Tensor, kv_cache: torch.Tensor, indices:
 
 
 def _default_policy() -> str:
-    from engine.policy.shipped import default_policy_ref
+    from engine.files.shipped import default_policy_ref
 
     return default_policy_ref()

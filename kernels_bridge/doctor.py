@@ -21,7 +21,8 @@ def doctor_report() -> dict:
 
     Keys: python, platform, torch {version, cuda, cuda_available, device_count},
     device {name, capability, index} or None, flash_mla {imports, version, error (the import
-    error text), flavour, usable, reason, probe_error (only when probing itself failed)},
+    error text), flavour, usable, reasons (every reason it is not usable), reason (them joined),
+    probe_error (only when probing itself failed)},
     backends {name: {provider, reason}} (what provider="auto" picks here, and why).
     """
     status = _guard(lambda: flashmla.flashmla_status(), {})
@@ -31,6 +32,7 @@ def doctor_report() -> dict:
         "error": status.get("import_error"),
         "flavour": status.get("flavour"),
         "usable": bool(status.get("usable")),
+        "reasons": list(status.get("reasons") or []),
         "reason": status.get("reason"),
     }
     if "error" in status:
@@ -82,8 +84,14 @@ def render_doctor(report: dict) -> str:
                      f"{flavour}")
     else:
         lines.append(f"  flash_mla  does not import: {fm.get('error')}")
-    lines.append(f"  FlashMLA   {'usable' if fm.get('usable') else 'not usable'}"
-                 + ("" if fm.get("usable") else f": {fm.get('reason')}"))
+    reasons = fm.get("reasons") or [fm.get("reason")]
+    if fm.get("usable"):
+        lines.append("  FlashMLA   usable")
+    elif len(reasons) == 1:
+        lines.append(f"  FlashMLA   not usable: {reasons[0]}")
+    else:  # every reason, one a line
+        lines.append(f"  FlashMLA   not usable, {len(reasons)} reasons:")
+        lines += [f"             - {reason}" for reason in reasons]
     lines.append("backends (provider='auto' here)")
     width = max(len(name) for name in report.get("backends", {"": None}))
     for name, choice in report.get("backends", {}).items():

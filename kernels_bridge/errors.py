@@ -8,7 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from engine.values import clip
+
 __all__ = ["BridgeError", "ValidationError", "ProviderUnavailable", "RoutingRejected"]
+
+
+def shown(value: Any) -> str:
+    """How a message quotes a Python argument: repr() (the bridge is called from Python, so None
+    and True are spelled as Python spells them), clipped as the engine clips (engine.values.clip).
+    Never raises: a failing repr must not hide the error being reported."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - ValueError (int digits limit), RecursionError, a bad __repr__
+        text = f"<a {type(value).__name__}>"
+    return clip(text)
 
 
 def describe(value: Any) -> str:
@@ -19,13 +32,7 @@ def describe(value: Any) -> str:
         return f"shape {tuple(shape)}, dtype {dtype}, device {getattr(value, 'device', '?')}"
     if value is None:
         return "None"
-    try:
-        text = repr(value)
-    except Exception:  # a repr that fails must not hide the error being reported
-        text = "?"
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"a {type(value).__name__} ({text})"
+    return f"a {type(value).__name__} ({shown(value)})"
 
 
 class BridgeError(Exception):
@@ -47,13 +54,15 @@ class ValidationError(BridgeError, ValueError):
 class ProviderUnavailable(BridgeError, RuntimeError):
     """A provider (FlashMLA) cannot run here.
 
-    `reason` says why in one sentence (the import error text, no CUDA, the device's architecture,
-    a feature this flash_mla build lacks); `status` is `flashmla_status()`'s dict when known.
+    `reasons` lists every reason (the import error text, no CUDA, the device's architecture, a
+    feature this flash_mla build lacks), `reason` is the whole message; `status` is
+    `flashmla_status()`'s dict when known.
     """
 
-    def __init__(self, reason: str, *, status: Optional[dict] = None):
+    def __init__(self, reason: str, *, status: Optional[dict] = None, reasons: Optional[list] = None):
         super().__init__(reason)
         self.reason = reason
+        self.reasons = list(reasons) if reasons is not None else [reason]
         self.status = status
 
 

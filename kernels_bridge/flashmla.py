@@ -35,7 +35,7 @@ import inspect
 import math
 import threading
 from dataclasses import asdict, dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -43,7 +43,7 @@ from kernels_bridge.errors import ProviderUnavailable
 from kernels_bridge.fp8 import D_QK
 from kernels_bridge.validate import D_V, check_decode, check_prefill
 
-__all__ = ["Flavour", "flashmla_status", "detect_flavour", "reset_probe", "unusable_reason",
+__all__ = ["Flavour", "flashmla_status", "detect_flavour", "reset_probe", "unusable_reasons",
            "sparse_prefill_flashmla", "sparse_decode_fp8_flashmla", "SUPPORTED_CAPABILITIES"]
 
 SUPPORTED_CAPABILITIES = {
@@ -186,56 +186,68 @@ def _no_device_reason() -> str:
             f"sees no GPU")
 
 
-def unusable_reason(device: Optional[torch.device] = None, *, backend: Optional[str] = None,
-                    attn_sink: bool = False, topk_length: bool = False,
-                    h_q: Optional[int] = None, block_size: Optional[int] = None) -> Optional[str]:
-    """Why FlashMLA cannot run a call on `device` (None: the default CUDA device), or None.
+def unusable_reasons(device: Optional[torch.device] = None, *, backend: Optional[str] = None,
+                     attn_sink: bool = False, topk_length: bool = False,
+                     h_q: Optional[int] = None, block_size: Optional[int] = None) -> List[str]:
+    """Every reason FlashMLA cannot run a call on `device` (None: the default CUDA device), in the
+    order they are checked; empty when it can.
 
+    The package, the device and the build's limits are each checked whatever the others say, so
+    a machine without flash_mla and without a GPU hears of both. What a missing module leaves
+    unknown (its flavour's limits) and what a missing device leaves unknown (its capability) is
+    not guessed.
     backend: "flashmla_sparse" or "flashmla_kv" when the call's arguments matter; attn_sink,
     topk_length: whether the call passes them; h_q, block_size: its head count and (decode) page
     block size, which some builds limit.
     """
+    reasons = []
     probe = _load()
-    if probe.module is None:
-        return f"flash_mla does not import ({probe.error})"
     flavour = probe.flavour
-    if not flavour.v32_formats:
-        return (f"this flash_mla build ({flavour.name}: FlashMLA 2026.09.30 or later) dropped SM90 "
-                "and the DeepSeek-V3.2 formats (576-dim q, 656-byte FP8 rows); install "
-                "sgl-flash-mla, which keeps them behind use_legacy")
+    if probe.module is None:
+        reasons.append(f"flash_mla does not import ({probe.error})")
+    elif not flavour.v32_formats:
+        reasons.append(f"this flash_mla build ({flavour.name}: FlashMLA 2026.09.30 or later) dropped "
+                       "SM90 and the DeepSeek-V3.2 formats (576-dim q, 656-byte FP8 rows); install "
+                       "sgl-flash-mla, which keeps them behind use_legacy")
     if device is None:
         device = _default_device()
-        if device is None:
-            return _no_device_reason()
-    info = _cached_device_info(torch.device(device))
-    if info is None:
-        return f"the tensors are on {device}; FlashMLA runs on CUDA devices only"
-    cap = tuple(info["capability"])
-    if cap not in SUPPORTED_CAPABILITIES:
-        return (f"{device} ({info['name']}) has compute capability {cap[0]}.{cap[1]}; FlashMLA's "
-                f"sparse kernels need SM90 (9.0) or SM100 (10.0, 10.3)")
+    cap = None
+    if device is None:
+        reasons.append(_no_device_reason())
+    else:
+        info = _cached_device_info(torch.device(device))
+        if info is None:
+            reasons.append(f"the tensors are on {device}; FlashMLA runs on CUDA devices only")
+        else:
+            cap = tuple(info["capability"])
+            if cap not in SUPPORTED_CAPABILITIES:
+                reasons.append(f"{device} ({info['name']}) has compute capability {cap[0]}.{cap[1]}; "
+                               "FlashMLA's sparse kernels need SM90 (9.0) or SM100 (10.0, 10.3)")
+    if probe.module is None or not flavour.v32_formats:
+        return reasons  # no build to ask about its limits
     if flavour.use_legacy and flavour.legacy_kernels is False:
-        return ("this flash_mla build has no legacy kernels (built with FLASH_MLA_BUILD_LEGACY=0), "
-                "and the DeepSeek-V3.2 formats live there")
+        reasons.append("this flash_mla build has no legacy kernels (built with FLASH_MLA_BUILD_LEGACY=0), "
+                       "and the DeepSeek-V3.2 formats live there")
     if flavour.prefill_log2_lse and backend == "flashmla_kv" and block_size not in (None, 64):
-        return (f"this flash_mla build ({flavour.name}, 2025) takes only a page block size of 64 for "
-                f"decode; the cache has block_size {block_size}")
-    if flavour.prefill_log2_lse and backend == "flashmla_sparse" and cap[0] == 10 \
+        reasons.append(f"this flash_mla build ({flavour.name}, 2025) takes only a page block size of 64 "
+                       f"for decode; the cache has block_size {block_size}")
+    if flavour.prefill_log2_lse and backend == "flashmla_sparse" and cap is not None and cap[0] == 10 \
             and h_q not in (None, 128):
-        return (f"this flash_mla build ({flavour.name}, 2025) runs sparse prefill on SM100 with 128 "
-                f"heads only; the call has h_q {h_q}")
+        reasons.append(f"this flash_mla build ({flavour.name}, 2025) runs sparse prefill on SM100 with "
+                       f"128 heads only; the call has h_q {h_q}")
     if attn_sink and not flavour.attn_sink:
-        return f"this flash_mla build ({flavour.name}) does not take attn_sink"
+        reasons.append(f"this flash_mla build ({flavour.name}) does not take attn_sink")
     if topk_length and backend == "flashmla_sparse" and not flavour.topk_length:
-        return f"this flash_mla build ({flavour.name}) does not take topk_length"
-    return None
+        reasons.append(f"this flash_mla build ({flavour.name}) does not take topk_length")
+    return reasons
 
 
 def flashmla_status(device=None) -> dict:
     """Whether FlashMLA can run here, and everything that decides it (JSON-serialisable).
 
     device: a torch.device / str, or None for the default CUDA device.
-    Keys: usable, reason (None when usable), import_error, version, flavour (dict or None),
+    Keys: usable, reasons (every reason it cannot, empty when usable), reason (them joined by
+    "; ", None when usable), import_error, version, flavour (dict or None),
     torch, torch_cuda, cuda_available, device, device_name, capability ([major, minor] or None).
     """
     probe = _load()
@@ -245,14 +257,15 @@ def flashmla_status(device=None) -> dict:
         try:
             info = _cached_device_info(dev)
         except (RuntimeError, AssertionError, ValueError) as exc:  # e.g. a bad device index
-            return _status(probe, dev, None, f"cannot query {dev}: {exc}")
-    return _status(probe, dev, info, unusable_reason(dev))
+            return _status(probe, dev, None, [f"cannot query {dev}: {exc}"])
+    return _status(probe, dev, info, unusable_reasons(dev))
 
 
-def _status(probe: _Probe, dev, info, reason) -> dict:
+def _status(probe: _Probe, dev, info, reasons: List[str]) -> dict:
     return {
-        "usable": reason is None,
-        "reason": reason,
+        "usable": not reasons,
+        "reasons": reasons,
+        "reason": "; ".join(reasons) or None,
         "import_error": probe.error,
         "version": probe.version,
         "flavour": probe.flavour.as_dict() if probe.flavour else None,
@@ -265,13 +278,18 @@ def _status(probe: _Probe, dev, info, reason) -> dict:
     }
 
 
+def cannot_run(backend: str, reasons: List[str], device) -> ProviderUnavailable:
+    """The error of a call FlashMLA cannot run, with every reason."""
+    return ProviderUnavailable(f"FlashMLA cannot run {backend}: {'; '.join(reasons)}",
+                               status=flashmla_status(device), reasons=reasons)
+
+
 def _require(device: torch.device, backend: str, *, attn_sink: bool, topk_length: bool,
              h_q: Optional[int] = None, block_size: Optional[int] = None):
-    reason = unusable_reason(device, backend=backend, attn_sink=attn_sink,
-                             topk_length=topk_length, h_q=h_q, block_size=block_size)
-    if reason is not None:
-        raise ProviderUnavailable(f"FlashMLA cannot run {backend}: {reason}",
-                                  status=flashmla_status(device))
+    reasons = unusable_reasons(device, backend=backend, attn_sink=attn_sink,
+                               topk_length=topk_length, h_q=h_q, block_size=block_size)
+    if reasons:
+        raise cannot_run(backend, reasons, device)
     probe = _load()
     return probe.module, probe.flavour
 

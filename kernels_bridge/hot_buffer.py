@@ -68,24 +68,27 @@ from typing import Iterable, Optional, Union
 
 import torch
 
+from kernels_bridge.errors import ValidationError, describe, shown
+from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.validate import INT32_MAX
 
 __all__ = ["HotBuffer", "HotBufferError", "HotBufferStats", "ROW_LAYOUTS"]
 
 # KV row layouts the hot buffer carries: dtype -> (row shape, name). A copy is a plain row copy.
 ROW_LAYOUTS = {
-    torch.bfloat16: ((576,), "bf16"),  # 512 NoPE + 64 RoPE dims, 1152 bytes
-    torch.uint8: ((656,), "fp8"),  # V3.2 FP8 row: 512 fp8 + 4 f32 scales + 64 bf16, 656 bytes
+    torch.bfloat16: ((D_QK,), "bf16"),  # 512 NoPE + 64 RoPE dims, 1152 bytes
+    torch.uint8: ((FP8_ROW_BYTES,), "fp8"),  # V3.2 FP8 row: 512 fp8 + 4 f32 scales + 64 bf16, 656 bytes
 }
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-_INT32_MAX = 2**31 - 1
 _STAGING_BYTES = 8 << 20  # about 12k FP8 or 7k BF16 rows per chunk
 
 
-class HotBufferError(ValueError):
+class HotBufferError(ValidationError):
     """An argument of :class:`HotBuffer` is invalid; the message names it, what it got and what
-    was expected. Raised before any state changes."""
+    was expected. Raised before any state changes. A ValidationError, so a BridgeError and a
+    ValueError."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,10 @@ class HotBufferStats:
 IntArg = Union[int, Iterable[int], torch.Tensor]
 
 
-def _describe(t: torch.Tensor) -> str:
-    return f"shape {list(t.shape)} dtype {str(t.dtype).replace('torch.', '')}"
+def _slot_dtype(device: torch.device, buffer_size: int) -> torch.dtype:
+    """The dtype of the position -> slot map: int16 on the CPU when slot numbers fit (as SGLang's
+    lru_slots), elsewhere int32 (portable atomics)."""
+    return torch.int16 if device.type == "cpu" and buffer_size < 2**15 else torch.int32
 
 
 class HotBuffer:
@@ -148,7 +153,7 @@ class HotBuffer:
         if not isinstance(host_pool, torch.Tensor):
             raise HotBufferError(
                 f"host_pool: expected a torch.Tensor [num_requests, max_seq_len, 576] bfloat16 "
-                f"or [num_requests, max_seq_len, 656] uint8, got {type(host_pool).__name__}"
+                f"or [num_requests, max_seq_len, 656] uint8, got {describe(host_pool)}"
             )
         layout = ROW_LAYOUTS.get(host_pool.dtype)
         expected = "[num_requests, max_seq_len, 576] bfloat16 or [num_requests, max_seq_len, 656] uint8"
@@ -158,21 +163,21 @@ class HotBuffer:
                 if host_pool.dtype in (torch.float8_e4m3fn, torch.int8)
                 else ""
             )
-            raise HotBufferError(f"host_pool: {_describe(host_pool)}; expected {expected}{hint}")
+            raise HotBufferError(f"host_pool: {describe(host_pool)}; expected {expected}{hint}")
         row_shape, kind = layout
         if host_pool.dim() != 2 + len(row_shape) or tuple(host_pool.shape[2:]) != row_shape:
-            raise HotBufferError(f"host_pool: {_describe(host_pool)}; expected {expected}")
+            raise HotBufferError(f"host_pool: {describe(host_pool)}; expected {expected}")
         if host_pool.shape[0] < 1 or host_pool.shape[1] < 1:
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)}; expected num_requests >= 1 and max_seq_len >= 1"
+                f"host_pool: {describe(host_pool)}; expected num_requests >= 1 and max_seq_len >= 1"
             )
         if host_pool.device.type != "cpu":
             raise HotBufferError(
-                f"host_pool: on device {host_pool.device}; expected a CPU tensor (the host pool)"
+                f"host_pool: {describe(host_pool)}; expected a CPU tensor (the host pool)"
             )
         if not host_pool.is_contiguous():
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)} is not contiguous; expected a contiguous tensor "
+                f"host_pool: {describe(host_pool)} is not contiguous; expected a contiguous tensor "
                 f"(rows are copied by flat index)"
             )
         for name, value in (("buffer_size", buffer_size), ("page_size", page_size)):
@@ -181,7 +186,7 @@ class HotBuffer:
             except TypeError:
                 ok = False
             if not ok:
-                raise HotBufferError(f"{name}: got {value!r}; expected an int >= 1")
+                raise HotBufferError(f"{name}: got {shown(value)}; expected an int >= 1")
         buffer_size, page_size = operator.index(buffer_size), operator.index(page_size)
         if buffer_size % page_size:
             raise HotBufferError(
@@ -193,15 +198,15 @@ class HotBuffer:
 
         num_requests, max_seq_len = int(host_pool.shape[0]), int(host_pool.shape[1])
         rows_per_request = buffer_size + page_size
-        if num_requests * max_seq_len >= _INT32_MAX:
+        if num_requests * max_seq_len >= INT32_MAX:
             raise HotBufferError(
-                f"host_pool: {_describe(host_pool)}; expected num_requests * max_seq_len < "
-                f"{_INT32_MAX} (positions are indexed as int32)"
+                f"host_pool: {describe(host_pool)}; expected num_requests * max_seq_len < "
+                f"{INT32_MAX} (positions are indexed as int32)"
             )
-        if num_requests * rows_per_request > _INT32_MAX:
+        if num_requests * rows_per_request > INT32_MAX:
             raise HotBufferError(
                 f"num_requests * (buffer_size + page_size) = {num_requests * rows_per_request}; "
-                f"expected <= {_INT32_MAX} (translated rows are int32)"
+                f"expected <= {INT32_MAX} (translated rows are int32)"
             )
         need = self.bytes_needed(num_requests, max_seq_len, buffer_size, page_size,
                                  host_pool.element_size() * row_shape[0], dev)
@@ -233,8 +238,7 @@ class HotBuffer:
         # flat, index r * S + p, plus one trailing sink entry that always reads -1. On the CPU
         # int16 (as SGLang's lru_slots) when slot numbers fit: half the bytes of the largest
         # table, so its random gathers hit the cache more; elsewhere int32 (portable atomics).
-        small = dev.type == "cpu" and buffer_size < 2**15
-        self._slot_dtype = torch.int16 if small else torch.int32
+        self._slot_dtype = _slot_dtype(dev, buffer_size)
         self._pos_slot = torch.full(
             (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
         )
@@ -265,9 +269,9 @@ class HotBuffer:
                      row_bytes: int, device=None) -> int:
         """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position
         maps and LRU order, the staging of a copy."""
-        small = torch.device(device or "cpu").type == "cpu" and buffer_size < 2**15
+        slot_bytes = _slot_dtype(torch.device(device or "cpu"), buffer_size).itemsize
         rows = num_requests * (buffer_size + page_size) * row_bytes
-        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * (2 if small else 4)
+        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * slot_bytes
         return rows + state + min(_STAGING_BYTES, rows)
 
     # ------------------------------------------------------------------ properties
@@ -392,7 +396,7 @@ class HotBuffer:
             0 <= seq_len <= self._max_seq_len
         ):
             raise HotBufferError(
-                f"seq_len: got {seq_len!r}; expected an int in [0, {self._max_seq_len}]"
+                f"seq_len: got {shown(seq_len)}; expected an int in [0, {self._max_seq_len}]"
             )
         rid = torch.tensor([r], device=self._device)
         lens = torch.tensor([seq_len], device=self._device)
@@ -434,7 +438,7 @@ class HotBuffer:
         if isinstance(req_id, torch.Tensor) and req_id.numel() == 1 and req_id.dtype in _INT_DTYPES:
             req_id = int(req_id)
         if isinstance(req_id, bool) or not isinstance(req_id, int):
-            raise HotBufferError(f"req_id: got {req_id!r}; expected an int in [0, {self._num_requests})")
+            raise HotBufferError(f"req_id: got {shown(req_id)}; expected an int in [0, {self._num_requests})")
         if not 0 <= req_id < self._num_requests:
             raise HotBufferError(f"req_id: got {req_id}; expected an int in [0, {self._num_requests})")
         return req_id
@@ -445,7 +449,7 @@ class HotBuffer:
         if isinstance(req_ids, torch.Tensor):
             if req_ids.dtype not in _INT_DTYPES or req_ids.dim() > 1:
                 raise HotBufferError(
-                    f"req_ids: {_describe(req_ids)}; expected an int or an integer tensor [n]"
+                    f"req_ids: {describe(req_ids)}; expected an int or an integer tensor [n]"
                 )
             rid = req_ids.reshape(-1).to("cpu", torch.int64)
         else:
@@ -453,7 +457,7 @@ class HotBuffer:
                 items = list(req_ids)
             except TypeError:
                 raise HotBufferError(
-                    f"req_ids: got {req_ids!r}; expected an int or a sequence of ints"
+                    f"req_ids: got {shown(req_ids)}; expected an int or a sequence of ints"
                 ) from None
             for v in items:
                 self._check_req_scalar(v)
@@ -469,15 +473,15 @@ class HotBuffer:
     def _int_tensor(self, name: str, t, ndim: int, shape_doc: str) -> torch.Tensor:
         if not isinstance(t, torch.Tensor):
             raise HotBufferError(
-                f"{name}: got {type(t).__name__}; expected an integer torch.Tensor {shape_doc}"
+                f"{name}: got {describe(t)}; expected an integer torch.Tensor {shape_doc}"
             )
         if t.dtype not in _INT_DTYPES:
-            raise HotBufferError(f"{name}: {_describe(t)}; expected an integer tensor {shape_doc}")
+            raise HotBufferError(f"{name}: {describe(t)}; expected an integer tensor {shape_doc}")
         if t.dim() != ndim:
-            raise HotBufferError(f"{name}: {_describe(t)}; expected {ndim}-D {shape_doc}")
+            raise HotBufferError(f"{name}: {describe(t)}; expected {ndim}-D {shape_doc}")
         if t.device.type not in ("cpu", self._device.type) or t.is_meta or t.layout != torch.strided:
             raise HotBufferError(
-                f"{name}: {_describe(t)} on {t.device} ({t.layout}); expected a dense tensor on the "
+                f"{name}: {describe(t)}, layout {t.layout}; expected a dense tensor on the "
                 f"CPU or {self._device}"
             )
         return t.to(self._device)
@@ -490,17 +494,17 @@ class HotBuffer:
         lens = self._int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}")
         if lens.shape[0] != n:
             raise HotBufferError(
-                f"seq_lens: {_describe(seq_lens)}; expected [{n}] (one per req_id)"
+                f"seq_lens: {describe(seq_lens)}; expected [{n}] (one per req_id)"
             )
         pos = self._int_tensor("positions", positions, 2, f"[n, top_k] with n = {n}")
         if pos.shape[0] != n:
             raise HotBufferError(
-                f"positions: {_describe(positions)}; expected [{n}, top_k] (one row per req_id)"
+                f"positions: {describe(positions)}; expected [{n}, top_k] (one row per req_id)"
             )
         top_k = pos.shape[1]
         if top_k > self._buffer_size:
             raise HotBufferError(
-                f"positions: {_describe(positions)}; expected top_k <= buffer_size "
+                f"positions: {describe(positions)}; expected top_k <= buffer_size "
                 f"{self._buffer_size}"
             )
         rid, lens = rid.long(), lens.long()

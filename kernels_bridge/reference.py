@@ -20,6 +20,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from kernels_bridge.errors import ValidationError, shown
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8_f32
 from kernels_bridge.validate import D_V, check_decode, check_prefill
 
@@ -116,7 +117,7 @@ def _sparse_attention(q: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
     Returns (out bf16 [n, h, 512], max_logits f32 [n, h], lse f32 [n, h]).
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk: expected a positive int; got {chunk!r}")
+        raise ValidationError(f"chunk: expected a positive int; got {shown(chunk)}", argument="chunk")
     n, h, _ = q.shape
     topk = idx.shape[1]
     chunk = min(chunk, max(topk, 1))

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from kernels_bridge.errors import ValidationError
+from kernels_bridge.errors import ValidationError, shown
 
 __all__ = ["resolve_device", "memory_budget", "parse_size", "format_bytes", "MEMORY_FRACTION"]
 
@@ -33,21 +33,20 @@ def resolve_device(device, argument: str = "device", error=ValidationError) -> t
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise _error(error, f"{argument}: {_shown(device)} is not a device name (cpu, cuda, "
-                                f"cuda:N): {exc}", argument) from None
+            raise error(f"{argument}: {shown(device)} is not a device name (cpu, cuda, cuda:N): "
+                        f"{exc}", argument=argument) from None
     if dev.type == "cpu":
         return dev
     if dev.type != "cuda":
-        raise _error(error, f"{argument}: {dev}: the bridge runs on cpu and cuda devices only", argument)
+        raise error(f"{argument}: {dev}: the bridge runs on cpu and cuda devices only", argument=argument)
     if not torch.cuda.is_available():
         why = ("torch is a CPU-only build" if torch.version.cuda is None
                else f"torch (CUDA {torch.version.cuda}) sees no GPU")
-        raise _error(error, f"{argument}: {dev}: CUDA is not available here ({why}); use cpu",
-                     argument)
+        raise error(f"{argument}: {dev}: CUDA is not available here ({why}); use cpu", argument=argument)
     count = torch.cuda.device_count()
     if dev.index is not None and dev.index >= count:
-        raise _error(error, f"{argument}: {dev}: there is no such GPU (this machine has {count}: "
-                            f"cuda:0..cuda:{count - 1})", argument)
+        raise error(f"{argument}: {dev}: there is no such GPU (this machine has {count}: "
+                    f"cuda:0..cuda:{count - 1})", argument=argument)
     return dev
 
 
@@ -117,18 +116,3 @@ def format_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
-
-
-def _shown(value) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a failing repr must not hide the error being reported
-        text = f"<a {type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _error(cls, message: str, argument: str):
-    try:
-        return cls(message, argument=argument)
-    except TypeError:  # an error class without `argument` (HotBufferError)
-        return cls(message)

@@ -61,7 +61,7 @@ PREFILL_TOPK_MULTIPLE = 128
 DECODE_TOPK_MULTIPLE = 64
 BASE_ALIGN_BYTES = 16
 INDEX_STRIDE_ELEMS = 8  # 32 bytes of int32
-MAX_STRIDE = 2 ** 31 - 1
+INT32_MAX = 2 ** 31 - 1  # strides and row numbers the kernels keep in int32 (the hot buffer too)
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
             f"k_cache: expected the block stride (stride(0) = {k_cache.stride(0)} bytes) to be a "
             f"multiple of {FP8_ROW_BYTES} bytes (whole rows); pad the blocks by whole rows "
             f"({describe(k_cache)})", argument="k_cache")
-    if num_blocks * (k_cache.stride(0) // FP8_ROW_BYTES) > MAX_STRIDE:
+    if num_blocks * (k_cache.stride(0) // FP8_ROW_BYTES) > INT32_MAX:
         raise ValidationError(
             f"k_cache: expected num_blocks * stride(0) / {FP8_ROW_BYTES} <= 2**31 - 1 (FlashMLA "
             f"addresses rows with int32); got {num_blocks} blocks of stride {k_cache.stride(0)} "
@@ -329,7 +329,7 @@ def _index_strides(indices: torch.Tensor) -> None:
 
 def _strides_fit(**tensors) -> None:
     for name, t in _present(tensors):
-        if any(s > MAX_STRIDE for s in t.stride()):
+        if any(s > INT32_MAX for s in t.stride()):
             raise ValidationError(f"{name}: expected every stride below 2**31 elements; got "
                                   f"strides {tuple(t.stride())} ({describe(t)})", argument=name)
 

@@ -18,20 +18,21 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels_bridge.dispatch import BACKENDS, attend
-from kernels_bridge.errors import ValidationError
-from kernels_bridge.fp8 import BF16_ROW_BYTES, FP8_ROW_BYTES, quantize_kv_fp8
+from kernels_bridge.errors import ValidationError, shown
+from engine.language.inputs import INT_MAX
+from kernels_bridge.fp8 import BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, quantize_kv_fp8
 from kernels_bridge.hot_buffer import HotBuffer
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.validate import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
 
 PAGE = 64
-D_QK, D_V = 576, 512
 
 
 # The workload's knobs are SGLang's --hisparse-config names, with SGLang's defaults: top_k 2048,
 # device_buffer_size 2 * top_k. Messages name the flags `hisparse attend` spells them with.
 TOP_K_FLAG, BUFFER_FLAG = "--hisparse-top-k", "--hisparse-device-buffer-size"
 DEFAULT_TOP_K = 2048
-MAX_SEED = 2**63 - 1
+MAX_SEED = INT_MAX  # --seed is read as a 64-bit integer, as every integer flag
 PART_NAMES = {"--requests x --context": "KV", f"--requests x {BUFFER_FLAG}": "hot buffer",
               f"--requests x {TOP_K_FLAG}": "per-step scratch"}
 
@@ -56,8 +57,8 @@ class Workload:
         problems = []
         if self.requests < 1:
             problems.append(f"--requests {self.requests}: at least 1")
-        if self.heads not in (64, 128):
-            problems.append(f"--heads {self.heads}: FlashMLA supports 64 or 128")
+        if self.heads not in HEAD_COUNTS:
+            problems.append(f"--heads {self.heads}: FlashMLA supports {' or '.join(map(str, HEAD_COUNTS))}")
         if self.top_k < 1:
             problems.append(f"{TOP_K_FLAG} {self.top_k}: at least 1")
         if self.buffer_size % PAGE or self.buffer_size < self.top_k:
@@ -162,10 +163,10 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> d
     w.check(max_bytes, budget)
     backend = decision.backends.get("decode")
     if backend not in BACKENDS:
-        raise ValidationError(f"backend: the policy chose {backend!r} for decode; the bridge runs "
+        raise ValidationError(f"backend: the policy chose {shown(backend)} for decode; the bridge runs "
                               f"{', '.join(repr(b) for b in BACKENDS)}", argument="backend")
     fp8 = backend == "flashmla_kv"
-    multiple = 64 if fp8 else 128
+    multiple = DECODE_TOPK_MULTIPLE if fp8 else PREFILL_TOPK_MULTIPLE
     if w.top_k % multiple:
         raise ValidationError(f"{TOP_K_FLAG} {w.top_k}: {backend} needs a multiple of {multiple}",
                               argument="top_k")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import engine
-from engine.cli.commands import main
+from kernels_bridge.cli import main  # `hisparse`: the engine's commands and the bridge's
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -21,9 +21,10 @@ def run_cli(capsys, *argv):
 
 
 def run_process(*argv, stdin=None, env=None):
-    """Run `python -m engine.cli ARGV` as a fresh process (what an operator's script does)."""
+    """Run `hisparse ARGV` (python -m kernels_bridge.cli) as a fresh process (what an operator's
+    script does)."""
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "engine.cli", *argv], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kernels_bridge.cli", *argv], input=stdin, capture_output=True,
                           text=True, cwd=ROOT, env=full_env, timeout=120)
 
 
@@ -41,3 +42,14 @@ def load_text(tmp_path, text: str, name: str = "policy.yaml") -> engine.Policy:
 def minimal_text() -> str:
     with open(MINIMAL, encoding="utf-8") as fh:
         return fh.read()
+
+
+def python_files(*folders, root: str = ROOT):
+    """The path of every .py file under the `folders` (e.g. "engine") of `root` (the project), in a
+    stable order."""
+    for base in folders:
+        for folder, dirs, files in os.walk(os.path.join(root, base)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    yield os.path.join(folder, name)

@@ -224,5 +224,5 @@ def test_enum_members_are_the_values_they_stand_for():
         dict(HISPARSE_FP8, sm_major=10, nsa_decode_backend="flashmla_kv")).to_dict()
     assert type(fast.config["kv_cache_dtype"]) is str and type(fast.config["sm_major"]) is int
     assert fast.input is config
-    with pytest.raises(engine.ConfigError, match="C503: sm_major: expected an integer, got a boolean True"):
+    with pytest.raises(engine.ConfigError, match="C503: sm_major: expected an integer, got a boolean true"):
         policy.evaluate({"sm_major": True})

@@ -449,3 +449,30 @@ def test_a_scale_no_float_can_hold_is_a_validation_error(scale):
     kv = torch.zeros(64, 1, 576, dtype=torch.bfloat16)
     with pytest.raises(ValidationError, match="sm_scale: expected a finite real number"):
         run_backend("flashmla_sparse", q[0], kv, torch.full((1, 1, 128), -1, dtype=torch.int32), sm_scale=scale)
+
+
+def test_every_message_describes_a_tensor_one_way():
+    """The kernels' checks, the FP8 packer and the hot buffer name a bad tensor with the same words
+    (errors.describe), and no module of the bridge formats a tensor's shape by hand."""
+    import os
+    import re
+
+    from kernels_bridge.errors import describe
+    from kernels_bridge.hot_buffer import HotBuffer, HotBufferError
+
+    bad = torch.zeros(3, 5, dtype=torch.int64)
+    with pytest.raises(ValidationError) as kernel:
+        check_decode(torch.zeros(1, 1, 64, 576, dtype=BF16), torch.zeros(1, 64, 1, 656, dtype=torch.uint8), bad)
+    with pytest.raises(ValidationError) as fp8:
+        quantize_kv_fp8(bad)
+    hb = HotBuffer(torch.zeros(2, 8, 656, dtype=torch.uint8), buffer_size=4, page_size=4)
+    with pytest.raises(HotBufferError) as buffer:
+        hb.translate(bad, torch.ones(1, dtype=torch.int64), torch.zeros(1, 1, dtype=torch.int64))
+    text = describe(bad)
+    assert text == "shape (3, 5), dtype torch.int64, device cpu"
+    for err in (kernel, fp8, buffer):
+        assert text in str(err.value)
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels_bridge")
+    by_hand = [name for name in sorted(os.listdir(root)) if name.endswith(".py") and name != "errors.py"
+               and re.search(r"shape \{|dtype \{|\.shape\)\}", open(os.path.join(root, name)).read())]
+    assert not by_hand

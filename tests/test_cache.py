@@ -123,7 +123,7 @@ def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
     """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no
     PyYAML, jsonschema, torch, SGLang, rule model or dataclasses in the process."""
     _fresh_load("nsa-backends")  # writes the entry
-    probe = ("import sys; from engine.cli.commands import main\n"
+    probe = ("import sys; from kernels_bridge.cli import main\n"
              f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
              f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,

@@ -212,21 +212,22 @@ def test_progress_lines_suit_the_stream():
 def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
     """No policy input may take a command's own option as its flag (`hisparse check` refuses it
     with E309), so that a policy can never collide with a command's parser."""
-    from engine.cli import commands as cli
+    import kernels_bridge.cli  # noqa: F401  (adds attend and doctor to the table)
+    from engine.cli import commands as cli, options
     from engine.language.parts import RESERVED_FLAGS
 
     seen = {}
-    real = cli._Parser.parse_args
+    real = options.Parser.parse_args
 
     def capture(self, *a, **k):
         seen[self.prog] = self
         raise SystemExit(0)
 
-    monkeypatch.setattr(cli._Parser, "parse_args", capture)
+    monkeypatch.setattr(options.Parser, "parse_args", capture)
     for command in cli.COMMANDS:
         with pytest.raises(SystemExit):
             cli.COMMANDS[command][0](["a", "b"] if command == "diff" else [])
-    monkeypatch.setattr(cli._Parser, "parse_args", real)
+    monkeypatch.setattr(options.Parser, "parse_args", real)
     from engine.policy.loader import list_families
 
     refs = [f"nsa-backends@{v}" for v in list_families()["nsa-backends"]]

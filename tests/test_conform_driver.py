@@ -380,7 +380,6 @@ def test_a_driver_that_raises_names_the_case():
 def test_ctrl_c_stops_the_workers(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time, types
-        sys.path.insert(0, {ROOT!r})
         from engine.sglang.conform import runner
         from engine.sglang.conform.protocol import Case, Result
         def slow(c):
@@ -393,7 +392,7 @@ def test_ctrl_c_stops_the_workers(tmp_path):
         runner.run_cases(drv, cases, workers=2, progress=sys.stdout)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     deadline = time.monotonic() + 60
     while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)

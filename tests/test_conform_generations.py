@@ -10,10 +10,9 @@
 """
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import linecache
 import os
-import sys
 import textwrap
 
 import pytest
@@ -67,13 +66,13 @@ class ServerArgs:
 
 
 def _stand_in(tmp_path, name, text):
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
-    sys.path.insert(0, str(tmp_path))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop(name, None)
+    """The module `text`, imported from its file (sys.path and sys.modules untouched)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(text))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_hisparse_block_runs_only_that_statement_with_its_lines(tmp_path):

@@ -179,7 +179,7 @@ def test_v2_to_v3_groups_agree_with_direct_evaluation():
 
 def test_whole_domain_operations_refuse_an_enormous_domain(capsys, tmp_path, monkeypatch):
     """A policy file cannot make diff or table run for hours: past the limit, exit 2 with a hint."""
-    import engine.analysis.diff as d
+    import engine.analysis.domain as d
 
     monkeypatch.setattr(d, "MAX_CONFIGS", 5000)
     code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2")

@@ -61,7 +61,7 @@ def test_report_never_raises(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("driver exploded")
     monkeypatch.setattr(flashmla, "flashmla_status", broken)
-    monkeypatch.setattr(flashmla, "unusable_reason", broken)
+    monkeypatch.setattr(flashmla, "unusable_reasons", broken)
     monkeypatch.setattr(torch.cuda, "is_available", broken)
     report = doctor_report()
     json.dumps(report)
@@ -74,7 +74,7 @@ def test_report_never_raises(monkeypatch):
 
 
 BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; {numpy}"
-               "from engine.cli.commands import main; sys.exit(main({argv!r}))")
+               "from kernels_bridge.cli import main; sys.exit(main({argv!r}))")
 
 
 @pytest.mark.parametrize("numpy_missing", [False, True])

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from bench.gpu_check import check
+from kernels_bridge.gpu_check import check
 from kernels_bridge import (ProviderUnavailable, ValidationError, flashmla, flashmla_status,
                             quantize_kv_fp8, run_backend, sparse_decode_fp8, sparse_prefill)
 import tests.oracles.fake_flash_mla as fake_flash_mla
@@ -435,3 +435,38 @@ def test_sgl_kv_format_must_name_the_cache_format():
         with pytest.raises(fake_flash_mla.KernelError, match=text):
             mod.flash_mla_with_kvcache(q, cache, None, None, 512, mod.get_mla_metadata()[0],
                                        is_fp8_kvcache=True, indices=idx, use_legacy=True, kv_format=bad)
+
+
+def test_every_reason_is_listed(monkeypatch):
+    """A 2025 build on an SM100 device, asked for 64-head prefill with attn_sink and topk_length,
+    has three reasons; all of them are reported, in the order they are checked, and the error of
+    provider="flashmla" carries them all."""
+    fake_flash_mla.install(monkeypatch, "upstream-log2-lse", capability=(10, 0))
+    reasons = flashmla.unusable_reasons("cpu", backend="flashmla_sparse", attn_sink=True,
+                                        topk_length=True, h_q=64)
+    assert len(reasons) == 3
+    assert "128 heads only" in reasons[0] and "h_q 64" in reasons[0]
+    assert "does not take attn_sink" in reasons[1] and "does not take topk_length" in reasons[2]
+    assert flashmla.unusable_reasons("cpu", backend="flashmla_sparse", h_q=128) == []
+    q, kv, idx = prefill_inputs(h_q=64)
+    sink = torch.zeros(64, dtype=torch.float32)
+    with pytest.raises(ProviderUnavailable) as info:
+        run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1, attn_sink=sink,
+                    topk_length=torch.full((3,), 256, dtype=I32), provider="flashmla")
+    assert info.value.reasons == reasons
+    assert all(reason in info.value.reason for reason in reasons)
+
+
+def test_no_module_and_no_device_are_both_reasons(monkeypatch, unprobed):
+    monkeypatch.setitem(sys.modules, "flash_mla", None)
+    monkeypatch.setattr(flashmla, "_default_device", lambda: None)  # a machine without a GPU
+    status = flashmla_status()
+    assert [r.split(" (")[0].split(":")[0] for r in status["reasons"]] == [
+        "flash_mla does not import", "CUDA is not available"]
+    assert status["reason"] == "; ".join(status["reasons"]) and not status["usable"]
+    from kernels_bridge.doctor import doctor_report, render_doctor
+
+    text = render_doctor(doctor_report())
+    assert "not usable, 2 reasons:" in text
+    for reason in status["reasons"]:
+        assert f"             - {reason}" in text

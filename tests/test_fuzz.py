@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
-from engine.cli import commands as cli
+from engine.cli import batch, commands as cli
 from engine.policy import loader
 from engine.analysis.lint import lint
 from engine.files.yaml_reader import ReadError, decode_utf8, parse_json, parse_yaml
@@ -330,7 +330,7 @@ def test_readers_raise_only_read_error(text, raw):
        number=st.integers(1, 10 ** 6))
 def test_a_batch_line_always_gets_one_answer(line, number):
     policy = SHIPPED[REFS[-1]]
-    result, status, _, _ = cli._batch_line(policy, [], (), line, number)
+    result, status, _, _ = batch.batch_line(policy, [], (), line, number)
     assert result["line"] == number and status in (0, 1, 2)
     assert ("error" in result) == (status == 2)
     json.dumps(result, ensure_ascii=False).encode("utf-8", "backslashreplace")

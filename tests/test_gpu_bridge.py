@@ -1,4 +1,4 @@
-"""bench/gpu_check.py and the real FlashMLA kernels.
+"""kernels_bridge/gpu_check.py (also run as bench/gpu_check.py) and the real FlashMLA kernels.
 
 The `gpu` tests run only where CUDA and flash_mla are present (tests/conftest.py skips them
 elsewhere); the rest prove the check script here: its skip path, its tolerance test, and its whole
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import gpu_check
-from bench.gpu_check import allclose_report
+from kernels_bridge import gpu_check
+from kernels_bridge.gpu_check import allclose_report
 from kernels_bridge import flashmla, quantize_kv_fp8, run_backend
 import tests.oracles.fake_flash_mla as fake_flash_mla
 
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---- the check script on a machine without a GPU ----------------------------------------------
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the skip path needs a machine without CUDA")
-@pytest.mark.parametrize("how", ["script", "module"])
+@pytest.mark.parametrize("how", ["script", "module", "bridge"])
 def test_gpu_check_skips_cleanly_here(tmp_path, how):
     out = tmp_path / "summary.json"
-    cmd = ([sys.executable, "bench/gpu_check.py"] if how == "script"
-           else [sys.executable, "-m", "bench.gpu_check"]) + ["--out", str(out)]
+    cmd = {"script": [sys.executable, "bench/gpu_check.py"], "module": [sys.executable, "-m", "bench.gpu_check"],
+           "bridge": [sys.executable, "-m", "kernels_bridge.gpu_check"]}[how] + ["--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)

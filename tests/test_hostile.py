@@ -141,7 +141,7 @@ def _peak():
         fh.write(str(kb))
 
 atexit.register(_peak)
-from engine.cli.commands import main
+from kernels_bridge.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -31,7 +31,7 @@ def files(tmp_path_factory):
     fifo = d / "fifo"
     os.mkfifo(fifo)
     record = d / "records.jsonl"
-    good = subprocess.run([sys.executable, "-m", "engine.cli", "evaluate", "--enable-hisparse",
+    good = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", "evaluate", "--enable-hisparse",
                            "--disable-radix-cache", "--record", str(record)], cwd=ROOT, capture_output=True)
     assert good.returncode == 0, good.stderr
     rec = json.loads(record.read_text())
@@ -150,7 +150,7 @@ def _run(f, case):
     stdout = open("/dev/full", "w") if how == "stdout-full" else subprocess.PIPE
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "engine.cli", *argv], cwd=f["dir"], env=env,
+        proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", *argv], cwd=f["dir"], env=env,
                               stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, timeout=CASE_TIMEOUT,
                               preexec_fn=_child(how))
     except subprocess.TimeoutExpired:

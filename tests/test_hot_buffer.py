@@ -162,9 +162,9 @@ def test_lazy_export():
         (lambda: [[0] * 576], {}, ["host_pool", "torch.Tensor"]),
         (lambda: torch.zeros(2, 8, 576), {}, ["host_pool", "float32", "bfloat16"]),
         (lambda: torch.zeros(2, 8, 656, dtype=torch.float8_e4m3fn), {}, ["host_pool", "torch.uint8"]),
-        (lambda: torch.zeros(2, 8, 656, dtype=torch.bfloat16), {}, ["host_pool", "[2, 8, 656]", "576"]),
+        (lambda: torch.zeros(2, 8, 656, dtype=torch.bfloat16), {}, ["host_pool", "(2, 8, 656)", "576"]),
         (lambda: torch.zeros(2, 8, 576, dtype=torch.uint8), {}, ["host_pool", "656"]),
-        (lambda: torch.zeros(8, 656, dtype=torch.uint8), {}, ["host_pool", "[8, 656]"]),
+        (lambda: torch.zeros(8, 656, dtype=torch.uint8), {}, ["host_pool", "(8, 656)"]),
         (lambda: torch.zeros(0, 8, 656, dtype=torch.uint8), {}, ["host_pool", "num_requests >= 1"]),
         (lambda: torch.zeros(8, 2, 656, dtype=torch.uint8).transpose(0, 1), {}, ["host_pool", "contiguous"]),
         (lambda: torch.zeros(2, 8, 656, dtype=torch.uint8), {"buffer_size": 0}, ["buffer_size", ">= 1"]),
@@ -466,7 +466,7 @@ def test_error_messages_name_the_offender():
         hb.translate(t64([2, 2]), t64([30, 5]), t64([[1], [4]]))
     with pytest.raises(HotBufferError, match=r"seq_lens: element 1 \(request 2\) is 41; .*40"):
         hb.translate(t64([0, 2]), t64([30, 41]), t64([[1], [4]]))
-    with pytest.raises(HotBufferError, match=r"seq_lens: shape \[1\] dtype int64; expected \[2\]"):
+    with pytest.raises(HotBufferError, match=r"seq_lens: shape \(1,\), dtype torch.int64, device cpu; expected \[2\]"):
         hb.translate(t64([0, 2]), t64([30]), t64([[1], [4]]))
 
 

@@ -641,7 +641,7 @@ def test_the_shipped_v4_phase_subset():
 
 
 def test_table_size_counts_the_backends_each_phase_accepts(subset, capsys, monkeypatch):
-    import engine.analysis.diff as d
+    import engine.analysis.domain as d
 
     monkeypatch.setattr(d, "MAX_CONFIGS", 11)  # 2 rows x (1 + 3 first + 2 second backends) = 12
     code, _, err = run_cli(capsys, "table", "--policy", subset.file)

@@ -55,7 +55,7 @@ def test_failure_shows_expected_and_actual(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "test", str(tmp_path))
     assert code == 1
     assert f"FAIL {path}:13: a wrong expectation" in out
-    assert "ok: expected True" in out and "actual   False" in out
+    assert "ok: expected true" in out and "actual   false" in out
     # the failing case still counts for coverage: it violated the check
     assert "rule coverage 3/3 (100%)" in out
 

@@ -215,7 +215,7 @@ def run_command(command: str, cwd: str):
     env["PYTHONPATH"] = ROOT
     argv = shlex.split(command)
     if argv[0] == "hisparse":
-        argv = [sys.executable, "-m", "engine.cli", *argv[1:]]
+        argv = [sys.executable, "-m", "kernels_bridge.cli", *argv[1:]]
     else:
         argv = ["bash", "-c", command]
     proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
@@ -342,7 +342,9 @@ class _Parsed(BaseException):
 
 def hisparse_parses(argv):
     """None when `hisparse ARGV` parses (its options and values), else the error; never runs it."""
+    import kernels_bridge.cli  # noqa: F401 - adds attend and doctor to the command table, as `hisparse` does
     from engine.cli import commands
+    from engine.cli.options import UsageError
     from engine.errors import HisparseError
 
     if not argv or argv[0] not in commands.COMMANDS:
@@ -358,7 +360,7 @@ def hisparse_parses(argv):
             commands.COMMANDS[argv[0]][0](list(argv[1:]))
         except _Parsed:
             return None
-        except (commands.UsageError, HisparseError) as exc:
+        except (UsageError, HisparseError) as exc:
             return str(exc)
     return "ran without parsing its arguments"
 
@@ -510,26 +512,3 @@ def test_a_stale_module_name_is_found():
 def test_no_page_names_a_path_of_the_machine_it_was_written_on(page):
     assert not re.search(r"(?<![\w.])/(?:work|home|root|tmp)/", read(page))
 
-
-# -- the quick bench -------------------------------------------------------------------------------------
-
-def test_a_quick_bench_never_writes_the_committed_results(tmp_path, monkeypatch):
-    """`make bench-quick` (python -m bench --quick) writes bench/results-quick/, which git ignores;
-    the figures of the README and docs/performance.md come from bench/results/, which only a full
-    run replaces."""
-    from bench import common
-
-    committed, quick = tmp_path / "results", tmp_path / "results-quick"
-    monkeypatch.setattr(common, "_output", common._output)  # put back after the test
-    monkeypatch.setattr(common, "RESULTS", str(committed))
-    monkeypatch.setattr(common, "QUICK_RESULTS", str(quick))
-    common.use_output(True)
-    try:
-        path = common.write_result("engine", {"x": 1}, {}, quick=True)
-        assert path == str(quick / "engine.json") and not committed.exists()
-        assert common.output_dir() == str(quick)
-    finally:
-        common.use_output(False)
-    assert common.write_result("engine", {"x": 1}, {}, quick=True).startswith(str(quick))
-    assert "bench/results-quick/" in read(".gitignore").split()
-    assert "bench --quick" in read("Makefile")

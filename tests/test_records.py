@@ -177,14 +177,13 @@ def test_a_torn_last_line_is_never_glued_to_and_replay_reports_it(tmp_path, caps
 
 RLIMIT_CHILD = """
 import resource, sys
-sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 import engine
 from engine.serving.records import append_records
 path, limit = sys.argv[1], int(sys.argv[2])
 policy = engine.load_policy("nsa-backends@2")
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 try:
-    append_records(path, [policy.evaluate({{"sm_major": 10}})])
+    append_records(path, [policy.evaluate({"sm_major": 10})])
 except engine.ConfigError as exc:
     print(exc)
     sys.exit(3)
@@ -203,8 +202,7 @@ def test_a_file_size_limit_mid_append_leaves_no_torn_line(tmp_path):
     policy = engine.load_policy("nsa-backends@2")
     append_records(path, [policy.evaluate({})])
     before = open(path, "rb").read()
-    child = RLIMIT_CHILD.format(root=ROOT, tests=os.path.join(ROOT, "tests"))
-    run = subprocess.run([sys.executable, "-c", child, path, str(len(before) + 40)], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", RLIMIT_CHILD, path, str(len(before) + 40)], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
     assert run.returncode == 3 and "cannot write the record file" in run.stdout, run.stdout + run.stderr
     assert open(path, "rb").read() == before

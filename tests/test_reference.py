@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench.gpu_check import allclose_report, check
+from kernels_bridge.gpu_check import allclose_report, check
 from kernels_bridge import quantize_kv_fp8, reference, sparse_decode_fp8, sparse_prefill
+from kernels_bridge.accuracy import fp8_vs_bf16_figures
 import tests.oracles.bridge_oracle as oracle
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -251,31 +252,6 @@ def test_empty_batches_give_empty_outputs():
 
 
 # ---- FP8 vs BF16 accuracy ---------------------------------------------------------------------
-
-def fp8_vs_bf16_figures(q_scale, seed=0, b=4, h_q=128, topk=2048, rows=8192):
-    """Decode over the FP8 cache vs prefill over the same BF16 rows, same picked tokens.
-
-    kv: randn with per-channel magnitudes exp(N(0, 0.5)); q: randn * q_scale; DeepSeek-V3.2's
-    softmax scale. Returns a dict: logit_std (of the BF16 logits: how peaked attention is),
-    cosine similarity of the outputs, max |err| / max |ref|, max |lse difference|.
-    """
-    kv = make_kv(rows, seed)
-    q = (torch.randn(b, 1, h_q, 576, generator=gen(seed + 1)) * q_scale).to(torch.bfloat16)
-    idx = decode_indices(b, 1, topk, rows, seed=seed + 2, lonely=False)
-    cache = quantize_kv_fp8(kv).view(rows // 64, 64, 1, 656)
-    fp8_out, fp8_lse = sparse_decode_fp8(q, cache, idx, softmax_scale=V32_SCALE)
-    bf16_out, _, bf16_lse = sparse_prefill(q.view(b, h_q, 576), kv.view(rows, 1, 576),
-                                           idx.view(b, 1, topk), V32_SCALE)
-    logits = torch.einsum("bhd,bkd->bhk", q.view(b, h_q, 576).float(),
-                          kv[idx.view(b, topk).long()].float()) * V32_SCALE
-    a, r = fp8_out.view(b, h_q, 512).double(), bf16_out.double()
-    return {
-        "logit_std": float(logits.std()),
-        "cosine": float((a * r).sum() / (a.norm() * r.norm())),
-        "max_err_over_peak": float((a - r).abs().max()) / float(r.abs().max()),
-        "max_lse_diff": float((fp8_lse.view(b, h_q) - bf16_lse).abs().max()),
-    }
-
 
 @pytest.mark.parametrize("q_scale,min_cos,max_err,max_lse", [
     (0.25, 0.9995, 0.05, 0.03),   # logits std ~1: diffuse attention

@@ -166,7 +166,7 @@ def test_glm5_next_never_gets_glm5_defaults(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, text", [
-    ("{not json", "JSON syntax"), ("[1, 2]", "expected a JSON object, got list"),
+    ("{not json", "JSON syntax"), ("[1, 2]", "expected a JSON object, got a list"),
     ('{"architectures": []}', "'architectures' must be a non-empty list of names"),
     ('{"model_type": "deepseek_v32"}', "'architectures' must be a non-empty list"),
     (b"\xff\xfe", "not UTF-8"), (None, "cannot read file"),

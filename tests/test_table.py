@@ -23,7 +23,7 @@ def _inside(config, when):
 def test_rows_partition_the_domain_and_match_evaluation(ref, where, tmp_path):
     if ref == "syn-c":
         from tests.helpers import load_text
-        from test_domain import SYN_C
+        from tests.test_domain import SYN_C
 
         policy = load_text(tmp_path, SYN_C)
     else:

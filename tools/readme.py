@@ -66,7 +66,7 @@ def versions_table() -> str:
     """The shipped versions: what each models (its `upstream`) and what `hisparse conform` found
     against that SGLang (the saved reports)."""
     from engine.policy.loader import list_families, load_policy
-    from engine.policy.shipped import DEFAULT_POLICY
+    from engine.files.shipped import DEFAULT_POLICY
 
     rows = ["| version | models | `hisparse conform` against | configs | agree | out of scope | differ |",
             "|---|---|---|---:|---:|---:|---:|"]

@@ -5,7 +5,7 @@ import os
 import re
 
 from engine.errors import PolicyError, Problem
-from engine.policy.shipped import default_policy_dir
+from engine.files.shipped import default_policy_dir
 
 _POLICY_FILE = re.compile(r"v([0-9]+)\.ya?ml")  # matched whole
 _SKIP_DIRS = {"schema", "tests", "__pycache__"}
@@ -18,9 +18,9 @@ def policy_files(paths: list[str]) -> tuple[list[tuple[str, str]], list[Problem]
     problems: list[Problem] = []
     if not paths:
         root = default_policy_dir()
-        from engine.policy.loader import _display_dir
+        from engine.policy.loader import display_dir
 
-        shown = _display_dir(root)
+        shown = display_dir(root)
         for path in _walk(root):
             found.append((path, os.path.join(shown, os.path.relpath(path, root))))
         return found, problems

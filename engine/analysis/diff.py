@@ -17,10 +17,11 @@ import collections
 import itertools
 
 import engine.analysis.domain as domain
+from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error, pattern_lines)
 from engine.errors import ConfigError, Problem
-from engine.values import show as _show
+from engine.values import show as _show, shown
 
 
 class Axis:
@@ -65,8 +66,6 @@ def _eq(x, y) -> bool:
 def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
     """Apply NAME=VALUE restrictions (values typed as the declaring policy types them) to the
     union axes; returns the fixed values by axis name."""
-    from engine.analysis.table import parse_where
-
     fixed = {}
     for item in where or []:
         name = item.partition("=")[0].strip()
@@ -81,21 +80,9 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
         else:
             from engine.suggest import did_you_mean
 
-            raise ConfigError([Problem("C501", f"--where {item!r}: no input {name!r} in either policy",
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: no input {shown(name)} in either policy",
                                        hint=did_you_mean(name, [ax.name for ax in axes]))])
     return fixed
-
-
-MAX_CONFIGS = 2_000_000  # a policy file must not be able to make diff run for hours
-
-
-PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
-
-
-def check_size(size: int, what: str) -> None:
-    if size > MAX_CONFIGS:
-        raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
-                                   "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
 
 
 def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=None) -> dict:
@@ -225,7 +212,7 @@ def _side(policy, axes, side: str, other_written: set):
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])
         for j in (j for j in range(sizes[axis]) if j not in ok):
-            problem = policy._value_problem(specs[axis], names[axis], values[axis][j], "")
+            problem = policy.value_problem(specs[axis], names[axis], values[axis][j], "")
             outcomes.append(outcome_of_error(ConfigError([problem])))
             error = [len(outcomes) - 1] * block
             for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):

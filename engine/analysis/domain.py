@@ -1,4 +1,5 @@
-"""Whole-domain evaluation, for the analyses that look at every config (diff, table, lint).
+"""Whole-domain evaluation, for the analyses that look at every config (diff, table, lint), and
+what they share: the size limit, the progress step and `--where NAME=VALUE`.
 
 One by one, a config costs a dict, a key check, eight type checks and a Decision. Here configs
 are tuples of valid canonical values fed in bulk to the policy's probe (codegen: the same compiled
@@ -14,7 +15,48 @@ import itertools
 from contextlib import contextmanager
 from operator import itemgetter
 
+from engine.errors import ConfigError, Problem
+from engine.values import parse_int, shown
+
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
+# the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
+# checks beyond it): a policy file must not be able to make one run for hours
+MAX_CONFIGS = 2_000_000
+PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
+
+
+def check_size(size: int, what: str) -> None:
+    if size > MAX_CONFIGS:
+        raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
+                                   "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
+
+
+def parse_where(policy, items: list[str]) -> dict:
+    """NAME=VALUE strings (values typed by the input) -> fixed inputs."""
+    fixed = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        key = policy.canonical_key(name.strip())
+        if not sep or key is None:
+            from engine.suggest import did_you_mean
+
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE with a declared input",
+                                       hint=did_you_mean(name.strip(), policy.input_names))])
+        spec = policy.inputs[key]
+        text = text.strip()
+        if spec.nullable and text in ("", "null", "unset"):
+            value = None
+        elif spec.type == "bool":
+            value = {"true": True, "false": False}.get(text.lower(), text)
+        elif spec.type == "int":
+            value = parse_int(text)
+            if value is None:
+                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
+                                                   "64-bit integer")])
+        else:
+            value = text
+        fixed.update(policy.normalize({key: value}))
+    return fixed
 
 
 def results(policy, configs, held: list | None = None, chosen: list | None = None):

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import engine.language.interpreter as interpret
 from engine.language.conditions import Cond
+from engine.analysis.domain import MAX_CONFIGS  # beyond it the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
 from engine.values import show as _show
-
-MAX_DOMAIN = 2_000_000  # beyond this the whole-domain analyses are skipped (said on stderr)
 
 
 def lint(policy) -> tuple[list[Problem], list[str]]:
@@ -25,9 +24,9 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
     problems = _empty_allowed(policy) + _unused_inputs(policy)
     notes = []
     size = policy.domain_size()
-    if size > MAX_DOMAIN:
+    if size > MAX_CONFIGS:
         notes.append(f"{policy.file}: the declared domain has {size} configs; whole-domain lint "
-                     f"(L401-L403) runs up to {MAX_DOMAIN}")
+                     f"(L401-L403) runs up to {MAX_CONFIGS}")
         return problems, notes
     problems += _domain_lint(policy)
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
@@ -205,8 +204,4 @@ def _winners(policy, shadowed) -> dict:
             for n in matched:
                 out[n].add(winner)
     return out
-
-
-def _is_default(policy, name: str) -> bool:
-    return any(r.name == name for r in policy.stages["defaults"].rules)
 

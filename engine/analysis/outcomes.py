@@ -29,12 +29,11 @@ class Outcome:
 
 def outcome_of(decision) -> Outcome:
     p = decision.policy
-    values = tuple((name, value) for name, value in zip(p.input_names, decision._values)
+    values = tuple((name, value) for name, value in zip(p.input_names, decision.values)
                    if p.inputs[name].phase is None)
     backends = tuple(decision.backends.items())
-    raw = decision._raw
-    if raw:
-        return Outcome("rejected", values, backends, tuple(decision.log), raw[0][2], p.rule_meta[raw[0][0]][0])
+    if not decision.ok:
+        return Outcome("rejected", values, backends, tuple(decision.log), decision.error, decision.failed_check)
     return Outcome("ok", values, backends, tuple(decision.log), None, None)
 
 

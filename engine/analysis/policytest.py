@@ -17,6 +17,7 @@ from engine.errors import ConfigError, PolicyError, Problem
 from engine.language.schema import schema_problems
 from engine.suggest import did_you_mean
 from engine.files.yaml_reader import ReadError, load_document
+from engine.values import shown
 
 _TEST_FILE = re.compile(r"^v(\d+)\.ya?ml$")
 
@@ -192,9 +193,9 @@ def report_text(results: list[FileResult], min_coverage: float | None) -> tuple[
         for c in fr.failed:
             ok = False
             lines.append(f"FAIL {fr.file}:{c.line}: {c.name}")
-            for what, expected, actual in c.mismatches:
-                lines.append(f"    {what}: expected {expected!r}")
-                lines.append(f"    {' ' * len(what)}  actual   {actual!r}")
+            for what, expected, actual in c.mismatches:  # unclipped: messages may differ at the end
+                lines.append(f"    {what}: expected {shown(expected, None)}")
+                lines.append(f"    {' ' * len(what)}  actual   {shown(actual, None)}")
         done, total, missing = coverage(fr)
         pct = 100.0 * done / total if total else 100.0
         passed = len(fr.cases) - len(fr.failed)
@@ -226,8 +227,8 @@ def report_json(results: list[FileResult]) -> dict:
 
 
 def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResult], list[Problem]]:
-    from engine.policy.loader import _display_dir
-    from engine.policy.shipped import policy_root
+    from engine.files.shipped import policy_root
+    from engine.policy.loader import display_dir
 
     root = policy_root(policy_dir)
     files = test_files(paths, root)
@@ -235,12 +236,12 @@ def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResul
     for path in files:
         display = path
         if not paths:
-            display = os.path.join(_display_dir(root), os.path.relpath(path, root))
+            display = os.path.join(display_dir(root), os.path.relpath(path, root))
         try:
             results.append(run_file(path, policy_dir, display))
         except PolicyError as exc:
             problems += exc.problems
     if not files:
         problems.append(Problem("T701", "no policy test files found (<family>/tests/v<N>.yaml)",
-                                ", ".join(paths) if paths else _display_dir(root)))
+                                ", ".join(paths) if paths else display_dir(root)))
     return results, problems

@@ -8,46 +8,14 @@ from __future__ import annotations
 
 import itertools
 
+from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import cube_terms, minimize
-from engine.errors import ConfigError, Problem
-from engine.values import parse_int
-
-
-def parse_where(policy, items: list[str]) -> dict:
-    """NAME=VALUE strings (values typed by the input) -> fixed inputs."""
-    fixed = {}
-    for item in items or []:
-        name, sep, text = item.partition("=")
-        key = policy.canonical_key(name.strip())
-        if not sep or key is None:
-            from engine.suggest import did_you_mean
-
-            raise ConfigError([Problem("C501", f"--where {item!r}: expected NAME=VALUE with a declared input",
-                                       hint=did_you_mean(name.strip(), policy.input_names))])
-        spec = policy.inputs[key]
-        text = text.strip()
-        if spec.nullable and text in ("", "null", "unset"):
-            value = None
-        elif spec.type == "bool":
-            value = {"true": True, "false": False}.get(text.lower(), text)
-        elif spec.type == "int":
-            value = parse_int(text)
-            if value is None:
-                from engine.errors import shown
-
-                raise ConfigError([Problem("C503", f"--where {name.strip()}={shown(text)}: expected a "
-                                                   "64-bit integer")])
-        else:
-            value = text
-        fixed.update(policy.normalize({key: value}))
-    return fixed
+from engine.values import show as _show
 
 
 def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     """{"axes": [...], "rows": [{"when": {...}, "outcome": {...}, "count": n}]}; `progress(done,
     total)` as for diff()."""
-    from engine.analysis.diff import PROGRESS_EVERY, check_size
-
     fixed = fixed or {}
     axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
     domains = [policy.inputs[n].domain() for n in axes]
@@ -140,14 +108,6 @@ def _terms(cube, axes, domains):
             values = [v for v in domain if v not in values]
         out.append((name, values, op))
     return out
-
-
-def _show(v) -> str:
-    if v is None:
-        return "unset"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
 
 
 def _cell(values: list | None) -> str:

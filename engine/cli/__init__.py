@@ -1,4 +1,6 @@
-"""`hisparse`: the command line, and every text an operator reads (decisions, explanations, output)."""
+"""`hisparse`: the command line, and every text an operator reads (decisions, explanations, output).
+The engine's own commands; the kernel bridge adds attend and doctor (kernels_bridge/cli.py, where
+the `hisparse` console script starts)."""
 from __future__ import annotations
 
 

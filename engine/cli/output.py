@@ -13,10 +13,11 @@ import os
 import sys
 import time
 
+from engine.errors import EngineError
 from engine.values import escape
 
 
-class OutputError(Exception):
+class OutputError(EngineError):
     """Standard output cannot be written (exit 2)."""
 
 

@@ -1,7 +1,7 @@
 """Decisions and explanations as text an operator reads."""
 from __future__ import annotations
 
-from engine.policy.decision import Decision
+from engine.language.decision import Decision
 from engine.values import show
 
 

@@ -61,7 +61,7 @@ def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
             raise refuse("E101", "cannot read file: is a directory")
         if not stat.S_ISREG(before.st_mode):
             if regular_only:
-                raise refuse("E101", f"cannot read file: not a regular file (a {_kind(before.st_mode)})",
+                raise refuse("E101", f"cannot read file: not a regular file (a {_file_type(before.st_mode)})",
                              "policy files are regular files")
             os.set_blocking(fd, True)
         elif before.st_size > max_bytes:
@@ -94,7 +94,7 @@ def _too_large(display: str, max_bytes: int) -> ReadError:
                               hint="raise the limit with HISPARSE_MAX_FILE_BYTES if this file is genuine")])
 
 
-def _kind(mode: int) -> str:
+def _file_type(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
                        (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
         if test(mode):

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import yaml
 from yaml import events as ev
 
-from engine.errors import Problem, clip, shown
-from engine.language.inputs import INT_MAX, INT_MIN
+from engine.errors import EngineError, Problem
+from engine.values import INT_MAX, INT_MIN, clip, shown, typed
 from engine.files.reading import (DEFAULT_MAX_BYTES, ReadError, decode_utf8, file_signature, max_file_bytes,  # noqa: F401
                       read_bytes, read_snapshot)  # (re-exported: callers read files through this module)
 
@@ -86,7 +86,7 @@ class Document:
 
 
 # -- YAML ------------------------------------------------------------------------------------------
-class _Refused(Exception):
+class _Refused(EngineError):
     """A scalar that is not plain data: (code, message)."""
 
     def __init__(self, code: str, message: str):
@@ -107,7 +107,7 @@ def parse_yaml(text: str, display: str, sha256: str = "", _loader=_Loader) -> Do
         return _parse_yaml(text, display, sha256, yaml.SafeLoader)
 
 
-class _ScannerDepthLimit(Exception):
+class _ScannerDepthLimit(EngineError):
     pass
 
 
@@ -141,7 +141,7 @@ def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
         if frame[2] is _NO_KEY:  # this node is a key
             if not isinstance(value, str) or isinstance(value, bool):
                 fail("E111",
-                     f"mapping keys must be plain strings, got {type(value).__name__} {shown(value)} "
+                     f"mapping keys must be plain strings, got {typed(value)} "
                      "(quote it)", e)
                 frame[2] = _BAD_KEY
                 return None
@@ -333,7 +333,7 @@ def _check_number(value, text: str) -> None:
 
 
 # -- JSON ------------------------------------------------------------------------------------------
-class _JSONRefused(Exception):
+class _JSONRefused(EngineError):
     def __init__(self, code: str, message: str, locate=None):
         super().__init__(message)
         self.code, self.message, self.locate = code, message, locate

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 from engine.values import show as _word
 
-OPERATORS = ("==", "!=", "in", "not_in", ">=", ">", "<=", "<", "set")
 COMBINATORS = ("any", "all", "not", "user_set")
 _PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
-_ORDER = (">=", ">", "<=", "<")
 
 
 @dataclass(frozen=True)

@@ -3,20 +3,20 @@ the rule model (model.py) so that a policy loaded from the compiled cache needs 
 the dataclasses module (whose import alone costs more than the rest of a cached load)."""
 from __future__ import annotations
 
-INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
+from engine.values import INT_MAX, INT_MIN
 
 
-class _Record:
+class Record:
     """Fields by name, compared and shown like a dataclass."""
 
     __slots__ = ()
     FIELDS: tuple = ()
 
-    def _fields(self) -> tuple:
+    def fields(self) -> tuple:
         return tuple(getattr(self, f) for f in self.FIELDS)
 
     def __eq__(self, other):
-        return self._fields() == other._fields() if type(other) is type(self) else NotImplemented
+        return self.fields() == other.fields() if type(other) is type(self) else NotImplemented
 
     __hash__ = None  # mutable, like a (non-frozen) dataclass
 
@@ -24,7 +24,7 @@ class _Record:
         return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS) + ")"
 
 
-class InputSpec(_Record):
+class InputSpec(Record):
     """One config input. Phase inputs (the backend of a phase) are inputs of type enum over the
     declared backends, nullable, default unset."""
 
@@ -83,7 +83,7 @@ class InputSpec(_Record):
         return self.flags[0] if self.flags else "--" + self.name.replace("_", "-")
 
 
-class PhaseSpec(_Record):
+class PhaseSpec(Record):
     FIELDS = ("name", "input", "flags", "description", "path", "backends")
     __slots__ = FIELDS
 
@@ -97,7 +97,7 @@ class PhaseSpec(_Record):
         self.backends = backends  # the backends this phase accepts
 
 
-class Upstream(_Record):
+class Upstream(Record):
     """What a policy version models (see the schema's `upstream`). Immutable and hashable, like
     the frozen dataclass it stands for."""
 
@@ -115,7 +115,7 @@ class Upstream(_Record):
     __delattr__ = __setattr__
 
     def __hash__(self):
-        return hash(self._fields())
+        return hash(self.fields())
 
     def label(self) -> str:
         """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.policy.decision import Decision
+from engine.language.decision import Decision
 from engine.language.rules import Rule
 
 

@@ -1,17 +1,19 @@
-"""From a schema-valid policy document to the policy's parts, checking every name and value
-against the declarations. All problems are collected; each carries the file:line:col of the
-offending node."""
+"""From a policy file to the policy's parts: parsed, checked against the schema, then every name
+and value against the declarations. All problems are collected; each carries the file:line:col
+of the offending node."""
 from __future__ import annotations
 
 import os
 import re
 
 from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
-from engine.errors import Problem
+from engine.errors import PolicyError, Problem
 from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
-from engine.files.yaml_reader import Document
+from engine.files.yaml_reader import Document, ReadError, decode_utf8, parse_yaml
+from engine.language.schema import schema_problems
+from engine.values import kind, shown, typed
 
 # names a policy may not give to an input or phase: condition keywords, the names bound in
 # per-phase checks, and the keys of a decision's JSON form
@@ -30,6 +32,34 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
                             "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
+
+
+def parse_document(data: bytes, display: str, digest: str) -> Document:
+    """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
+    try:
+        return parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+
+
+def checked_parts(doc: Document, schema: bool = True) -> "Parts":
+    """The parts of a parsed policy file, after the schema (`schema` False: bytes that passed it
+    before) and every name and value check. Raises PolicyError listing every problem."""
+    if not isinstance(doc.data, dict):
+        what = "empty" if doc.data is None else kind(doc.data)
+        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {what}", ())])
+    problems = schema_problems(doc) if schema else []
+    if problems:
+        raise PolicyError(_sorted(problems))
+    builder = Builder(doc)
+    parts = builder.build()
+    if builder.problems:
+        raise PolicyError(_sorted(builder.problems))
+    return parts
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
 
 
 class Parts:
@@ -116,7 +146,7 @@ class Builder:
                                      f"{inp.describe_domain()}", path + ("values", i))
             if not inp.accepts(inp.default):
                 hint = did_you_mean(inp.default, values) if kind == "enum" and isinstance(inp.default, str) else ""
-                self.problem("E305", f"default {_show(inp.default)} of '{name}' is outside its domain: "
+                self.problem("E305", f"default {shown(inp.default)} of '{name}' is outside its domain: "
                              f"{inp.describe_domain()}", path + ("default",), hint=hint)
             self.parts.inputs[name] = inp
 
@@ -219,7 +249,7 @@ class Builder:
         if "otherwise" in raw:
             otherwise = self._row(raw["otherwise"], path + ("otherwise",), in_phase)
         elif spec.type == "int" or spec.nullable or set(spec.values) - set(rows):
-            missing = [_show(v) for v in spec.domain() if v not in rows] if spec.type != "int" else []
+            missing = [shown(v) for v in spec.domain() if v not in rows] if spec.type != "int" else []
             what = "values " + ", ".join(missing) if missing else "every integer"
             self.problem("E310", f"table on '{key}' has no row for {what} and no 'otherwise'", path)
         if not ok:
@@ -303,14 +333,14 @@ class Builder:
         if spec.accepts(value):
             return True
         if spec.type == "enum" and isinstance(value, str):
-            self.problem("E302", f"'{value}' is not a value of '{spec.name}'", path,
+            self.problem("E302", f"{shown(value)} is not a value of '{spec.name}'", path,
                          hint=did_you_mean(value, spec.values))
         elif spec.type == "int" and type(value) is int:
             self.problem("E302", f"{value} is outside the domain of '{spec.name}' ({spec.describe_domain()})", path)
         elif value is None:
             self.problem("E308", f"'{spec.name}' is never unset (not nullable), null cannot match it", path)
         else:
-            self.problem("E308", f"{_show(value)} ({_type_name(value)}) does not fit '{spec.name}', "
+            self.problem("E308", f"{typed(value)} does not fit '{spec.name}', "
                          f"which is {spec.describe_domain()}", path)
         return False
 
@@ -438,14 +468,3 @@ def _typed_key(text: str, spec: InputSpec):
         return _BAD
     return value if spec.accepts(value) else _BAD
 
-
-def _show(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _type_name(value) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(type(value), type(value).__name__)

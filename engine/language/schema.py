@@ -6,7 +6,8 @@ import json
 import os
 import re
 
-from engine.errors import Problem, shown
+from engine.errors import Problem
+from engine.values import shown
 from engine.suggest import did_you_mean
 from engine.files.yaml_reader import Document
 
@@ -14,7 +15,7 @@ _validators: dict = {}
 
 
 def schema_path(name: str = "policy") -> str:
-    from engine.policy.shipped import shipped_policy_dir
+    from engine.files.shipped import shipped_policy_dir
 
     return os.path.join(shipped_policy_dir(), "schema", f"{name}.schema.json")
 

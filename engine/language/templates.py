@@ -15,6 +15,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
+from engine.errors import EngineError
+
 SET_FORMATS = ("", "list", "tuple", "csv", "or")
 
 
@@ -72,8 +74,8 @@ class Literal:
     value: object
 
 
-class TemplateSyntaxError(ValueError):
-    pass
+class TemplateSyntaxError(EngineError, ValueError):
+    """A message or log template whose placeholders do not parse."""
 
 
 def parse_template(text: str) -> Template:

@@ -1,1 +1,1 @@
-"""A loaded policy and its decisions: finding, loading, caching and evaluating policies."""
+"""A loaded policy: finding, loading, caching and evaluating policies (memoised decisions)."""

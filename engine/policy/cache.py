@@ -47,8 +47,8 @@ def engine_fingerprint() -> str:
     the engine (or another install of it) never reads entries an older one wrote."""
     global _fingerprint
     if _fingerprint is None:
-        from engine import __version__
-        from engine.policy.shipped import shipped_policy_dir
+        from engine.version import __version__
+        from engine.files.shipped import shipped_policy_dir
 
         engine_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         parts = [__version__, sys.version, str(marshal.version)]

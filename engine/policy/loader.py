@@ -14,11 +14,11 @@ import _thread
 from collections import OrderedDict
 
 import engine.policy.cache as cache
-from engine.errors import PolicyError, Problem, clip
-from engine.policy.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.errors import PolicyError, Problem
+from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
 from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
-from engine.values import parse_int
+from engine.values import clip, kind, parse_int, shown
 
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
 VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
@@ -32,7 +32,7 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
     if isinstance(ref, Policy):
         return ref
     if not isinstance(ref, str) or not ref:
-        raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {ref!r}")])
+        raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {shown(ref)}")])
     if looks_like_path(ref):
         return load_file(os.path.expanduser(ref), ref)
     path, display = resolve_ref(ref, policy_dir)
@@ -50,7 +50,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     """(path, display name) of the file a FAMILY or FAMILY@N reference names."""
     m = _REF.fullmatch(ref)
     if not m:
-        raise PolicyError([Problem("R602", f"bad policy reference {ref!r}: expected FAMILY, FAMILY@N "
+        raise PolicyError([Problem("R602", f"bad policy reference {shown(ref)}: expected FAMILY, FAMILY@N "
                                    "(e.g. nsa-backends@2) or a path to a .yaml file")])
     root = policy_root(policy_dir)
     family, version = m.group("family"), m.group("version")
@@ -58,7 +58,7 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     if family not in families:
         from engine.suggest import did_you_mean
 
-        raise PolicyError([Problem("R601", f"no policy family '{family}' in {_display_dir(root)}",
+        raise PolicyError([Problem("R601", f"no policy family '{family}' in {display_dir(root)}",
                                    hint=did_you_mean(family, families))])
     versions = families[family]
     if version is None:
@@ -70,10 +70,10 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
             raise PolicyError([Problem("R601", f"no version {clip(version)} of '{family}'",
                                        hint=f"available: {listed}")])
     names = version_files(os.path.join(root, family))[number]
-    shown = os.path.join(_display_dir(root), family)
+    folder = os.path.join(display_dir(root), family)
     if len(names) > 1:
-        raise PolicyError([duplicate_version(family, number, names, shown)])
-    return os.path.join(root, family, names[0]), os.path.join(shown, names[0])
+        raise PolicyError([duplicate_version(family, number, names, folder)])
+    return os.path.join(root, family, names[0]), os.path.join(folder, names[0])
 
 
 def version_files(folder: str) -> dict[int, list[str]]:
@@ -114,7 +114,7 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
     return out
 
 
-def _display_dir(root: str) -> str:
+def display_dir(root: str) -> str:
     # the shipped folder is shown as "policies", never as where it happens to be installed
     if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
         return "policies"
@@ -161,34 +161,9 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
     """Parse, schema-check, check names and values, and compile. Raises PolicyError. `schema`:
     False only for bytes that passed the schema before (a cache entry exists for them)."""
-    from engine.files.yaml_reader import decode_utf8, parse_yaml
+    from engine.language.parts import parse_document
 
-    try:
-        doc = parse_yaml(decode_utf8(data, display), display, digest)
-    except ReadError as exc:
-        raise PolicyError(exc.problems) from None
-    return compile_document(doc, path, schema)
-
-
-def compile_document(doc, path: str = "", schema: bool = True) -> Policy:
-    from engine.language.parts import Builder
-    from engine.language.schema import schema_problems
-
-    if not isinstance(doc.data, dict):
-        kind = "empty" if doc.data is None else f"a {type(doc.data).__name__}"
-        raise PolicyError([doc.problem("E109", f"a policy file is a mapping at the top level, this one is {kind}", ())])
-    problems = schema_problems(doc) if schema else []
-    if problems:
-        raise PolicyError(_sorted(problems))
-    builder = Builder(doc)
-    parts = builder.build()
-    if builder.problems:
-        raise PolicyError(_sorted(builder.problems))
-    return Policy(parts, doc.file, doc.sha256, path or doc.file, doc)
-
-
-def _sorted(problems: list[Problem]) -> list[Problem]:
-    return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
+    return Policy.from_document(parse_document(data, display, digest), path, schema)
 
 
 def clear_cache() -> None:

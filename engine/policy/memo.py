@@ -34,8 +34,6 @@ _PLAIN = frozenset({str, int, bool, type(None), _Missing})
 
 def memoised(policy, slow):
     """The memoised evaluate(config) of `policy`, falling back to `slow` (the compiled evaluator)."""
-    from engine.policy.decision import Decision
-
     memo: dict = {}
     names = policy.input_names
     keys = frozenset(names)
@@ -46,8 +44,7 @@ def memoised(policy, slow):
         if cfg.keys() <= keys and all(c in _PLAIN for c in key[n + 1:]):
             if len(memo) >= MEMO_SIZE:
                 memo.clear()
-            d = memo.setdefault(key, Decision(policy, d._values, d._sources, d._log, d._raw,
-                                              MappingProxyType(dict(cfg))))
+            d = memo.setdefault(key, d.with_input(MappingProxyType(dict(cfg))))
         return d
 
     got = [f"x{i} = get({name!r}, _M)" for i, name in enumerate(names)]

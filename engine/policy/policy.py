@@ -5,9 +5,9 @@ import _thread
 import itertools
 from collections.abc import Iterator, Mapping
 
-from engine.policy.decision import Decision
-from engine.errors import ConfigError, Problem, clip, shown
-from engine.language.inputs import INT_MAX, INT_MIN
+from engine.language.decision import Decision
+from engine.errors import ConfigError, Problem
+from engine.values import INT_MAX, INT_MIN, kind, shown, typed
 from engine.policy.memo import memoised
 from engine.suggest import closest, did_you_mean, near_miss
 
@@ -94,11 +94,19 @@ class Policy:
         marshal-able data: the cache entry of this policy."""
         return {"family": self.family, "version": self.version, "description": self.description,
                 "source": self.source, "backends": self.backends, "rules": self.rule_meta,
-                "upstream": None if self.upstream is None else self.upstream._fields(),
-                "written": self.written, "inputs": [spec._fields() for spec in self.inputs.values()],
-                "phases": [spec._fields() for spec in self.phases.values()],
+                "upstream": None if self.upstream is None else self.upstream.fields(),
+                "written": self.written, "inputs": [spec.fields() for spec in self.inputs.values()],
+                "phases": [spec.fields() for spec in self.phases.values()],
                 "code": self._code, "consts": self._consts, "source_code": self.source_code,
                 "probe": self._probe_code(False)}
+
+    @classmethod
+    def from_document(cls, doc, path: str = "", schema: bool = True) -> "Policy":
+        """A policy from a parsed file: checked (see language/parts.checked_parts) and compiled.
+        Raises PolicyError."""
+        from engine.language.parts import checked_parts
+
+        return cls(checked_parts(doc, schema), doc.file, doc.sha256, path or doc.file, doc)
 
     @classmethod
     def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
@@ -131,10 +139,11 @@ class Policy:
             with _FULL_MODEL:
                 data = self.__dict__.pop("_data", None)
                 if data is not None:
-                    from engine.policy.loader import compile_bytes
+                    from engine.language.parts import parse_document
 
                     try:
-                        full = compile_bytes(data, self.file, self.sha256, self.path, schema=False)
+                        full = Policy.from_document(parse_document(data, self.file, self.sha256), self.path,
+                                                    schema=False)
                     except BaseException:
                         self._data = data
                         raise
@@ -216,19 +225,10 @@ class Policy:
     def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
         """As normalize, and the log lines that deprecated spellings among the keys emit (in the
         order of the inputs), which evaluation puts before every other line."""
-        out, problems, _, prelude = self._check(config, False, file, doc)
+        out, problems, prelude = self._check(config, file, doc)
         if problems:
             raise ConfigError(problems)
         return out, prelude
-
-    def normalize_lenient(self, config, file: str = "", doc=None) -> tuple[dict, list]:
-        """As normalize, but keys that are neither inputs nor close to one are returned as
-        ignored instead of refused: SGLang config files carry many unrelated keys. A near miss
-        of an input name is still an error."""
-        out, problems, ignored, _ = self._check(config, True, file, doc)
-        if problems:
-            raise ConfigError(problems)
-        return out, ignored
 
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
@@ -241,20 +241,20 @@ class Policy:
         return self._evaluate(canonical, given, prelude)
 
     def _reject(self, config):
-        problems = self._check(config, False, "")[1]
+        problems = self._check(config, "")[1]
         raise ConfigError(problems or [Problem("C503", "invalid config")])
 
-    def _check(self, config, lenient: bool, file: str, doc=None):
-        """(canonical config, problems, ignored keys). `doc` (a parsed config file) gives each
-        problem the line and column of its key."""
+    def _check(self, config, file: str, doc=None):
+        """(canonical config, problems, log lines of deprecated spellings). `doc` (a parsed config
+        file) gives each problem the line and column of its key. (SGLang config files, which
+        carry unrelated keys, are read leniently by engine.sglang.given.)"""
         problems: list[Problem] = []
-        ignored: list[str] = []
         out: dict = {}
         spelled: dict = {}
         deprecated: list = []
         if not isinstance(config, Mapping):
             return out, [Problem("C504", f"a config is a mapping of input -> value, got "
-                                 f"{type(config).__name__}", file)], ignored, []
+                                 f"{kind(config)}", file)], []
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
@@ -271,11 +271,7 @@ class Policy:
                                            file, hint=note), key))
                 continue
             if name is None:
-                near = near_miss(key, names) if isinstance(key, str) else None
-                if lenient and near is None:
-                    ignored.append(clip(str(key), 40))
-                    continue
-                near = near or (closest(key, names) if isinstance(key, str) else None)
+                near = (near_miss(key, names) or closest(key, names)) if isinstance(key, str) else None
                 hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
                 problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
                 continue
@@ -290,12 +286,12 @@ class Policy:
             if value.__class__ not in _PLAIN:
                 value = _exact(value)
             if not spec.accepts(value):
-                problems.append(at(self._value_problem(spec, key, value, file), key))
+                problems.append(at(self.value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
-        return out, problems, ignored, [text for _, text in sorted(deprecated)]
+        return out, problems, [text for _, text in sorted(deprecated)]
 
-    def _value_problem(self, spec, key, value, file) -> Problem:
+    def value_problem(self, spec, key, value, file) -> Problem:
         text = shown(value)
         if spec.type == "enum" and isinstance(value, str):
             return Problem("C502", f"{key}: {text} is not a valid value; {spec.describe_domain()}",
@@ -304,14 +300,12 @@ class Policy:
             if not INT_MIN <= value <= INT_MAX:
                 return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
-        kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-                type(None): "null"}.get(type(value), f"a {type(value).__name__}")
         note = ""
         if spec.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             note = " (strings are not booleans: write true or false without quotes)"
         if spec.type == "int" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             note = " (strings are not integers: write the number without quotes)"
-        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {kind} {text}{note}", file)
+        return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
     def removed_text(self) -> str:
         where = self.upstream.label() if self.upstream else f"{self.ref}"

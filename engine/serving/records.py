@@ -16,7 +16,8 @@ import json
 import os
 
 from engine.analysis.outcomes import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
-from engine.errors import ConfigError, Problem, clip
+from engine.errors import ConfigError, Problem
+from engine.values import clip, kind
 from engine.sglang.given import config_of
 
 try:
@@ -167,7 +168,7 @@ def record_problem(rec) -> str | None:
         return "a record has 'input' and 'decision' objects"
     d = rec["decision"]
     if not isinstance(d.get("ok"), bool):
-        return f"decision.ok: expected true or false, got {_kind(d.get('ok'))}"
+        return f"decision.ok: expected true or false, got {kind(d.get('ok'))}"
     backends = d.get("backends", {})
     if not isinstance(backends, dict) or not all(isinstance(v, (str, type(None))) for v in backends.values()):
         return "decision.backends: expected an object of phase -> backend name or null"
@@ -181,15 +182,10 @@ def record_problem(rec) -> str | None:
         return "decision.violations: expected a list of objects with string 'check' and 'message'"
     for key, value in d.items():
         if key not in ("backends", "log", "violations", "sources", "policy") and not isinstance(value, _SCALARS):
-            return f"decision.{clip(key)}: expected a string, number, boolean or null, got {_kind(value)}"
+            return f"decision.{clip(key)}: expected a string, number, boolean or null, got {kind(value)}"
     if "policy" in rec and not isinstance(rec["policy"], (dict, type(None))):
-        return f"policy: expected an object, got {_kind(rec['policy'])}"
+        return f"policy: expected an object, got {kind(rec['policy'])}"
     return None
-
-
-def _kind(value) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECORDS) -> dict:

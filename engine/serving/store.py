@@ -36,12 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from engine.policy.decision import Decision
+from engine.language.decision import Decision
 from engine.errors import PolicyError, Problem
-from engine.policy.loader import VERSION_FILE, _display_dir, duplicate_version, list_families, load_bytes
-from engine.policy.shipped import policy_root
+from engine.policy.loader import VERSION_FILE, display_dir, duplicate_version, list_families, load_bytes
+from engine.files.shipped import policy_root
 from engine.policy.policy import Policy
 from engine.suggest import did_you_mean
+from engine.values import shown
 from engine.files.yaml_reader import ReadError, file_signature, max_file_bytes, read_snapshot
 
 __all__ = ["PolicyStore", "Refresh"]
@@ -119,7 +120,7 @@ class PolicyStore:
     def __init__(self, policy_dir: str | None = None, family: str = "nsa-backends", *,
                  poll_interval: float | None = None, settle: float = DEFAULT_SETTLE):
         if not isinstance(family, str) or not _FAMILY.fullmatch(family):
-            raise PolicyError([Problem("R602", f"bad policy family {family!r}: expected a name such as "
+            raise PolicyError([Problem("R602", f"bad policy family {shown(family)}: expected a name such as "
                                        "nsa-backends")])
         self.settle = _seconds(settle, "settle", positive=False)
         if poll_interval is not None:
@@ -127,7 +128,7 @@ class PolicyStore:
         self.family = family
         self.policy_dir = policy_root(policy_dir)
         self.folder = os.path.join(self.policy_dir, family)
-        self._shown_dir = os.path.join(_display_dir(self.policy_dir), family)
+        self._shown_dir = os.path.join(display_dir(self.policy_dir), family)
         self._files: dict[str, _File] = {}  # file name -> what is known of it
         self._folder_problem: list[Problem] = []
         self._errors: dict[str, list[Problem]] = {}
@@ -428,7 +429,7 @@ class PolicyStore:
     def _why_nothing_loaded(self) -> list[Problem]:
         if self._folder_problem:
             families = list_families(self.policy_dir)
-            problem = Problem("R601", f"no policy family '{self.family}' in {_display_dir(self.policy_dir)}",
+            problem = Problem("R601", f"no policy family '{self.family}' in {display_dir(self.policy_dir)}",
                               hint=did_you_mean(self.family, families) if families else "")
             return [problem]
         files = sorted(self._files.values(), key=lambda f: (f.version, f.display))

@@ -24,11 +24,12 @@ import os
 import shlex
 import sys
 
-from engine.errors import ConfigError, Problem, clip, shown
+from engine.errors import ConfigError, Problem
 from engine.sglang.given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
 from engine.sglang.models import model_family, model_inputs, model_is_dsa  # noqa: F401  (the API names them here)
+from engine.sglang.server_args import ASSERTED_RULES, attr_names, raise_refusal  # noqa: F401  (as above)
 from engine.suggest import near_miss
-from engine.values import parse_int
+from engine.values import parse_int, shown
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
 # SGLang options the launch reader reads besides the policy's flags (their values are read by
@@ -43,7 +44,7 @@ def launch_args(tokens: list[str]) -> list[str]:
         try:
             tokens = shlex.split(tokens[0])
         except ValueError as exc:  # an unbalanced quote
-            raise ConfigError([Problem("C501", f"cannot split the launch command {clip(repr(tokens[0]))}: {exc}",
+            raise ConfigError([Problem("C501", f"cannot split the launch command {shown(tokens[0])}: {exc}",
                                        hint="quote it as a shell would, or pass the arguments "
                                             "after -- as separate words")]) from None
     for i, tok in enumerate(tokens):
@@ -51,8 +52,8 @@ def launch_args(tokens: list[str]) -> list[str]:
             return tokens[i + 1:]
     if tokens and (tokens[0].startswith("--") or _dash_flag(tokens[0])):
         return tokens  # the arguments alone
-    shown = " ".join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
-    raise ConfigError([Problem("C501", f"not an SGLang launch command: {shown!r}",
+    head = " ".join(tokens[:4]) + (" ..." if len(tokens) > 4 else "")
+    raise ConfigError([Problem("C501", f"not an SGLang launch command: {shown(head)}",
                                hint="expected python -m sglang.launch_server ARGS, or the ARGS alone")])
 
 
@@ -100,7 +101,7 @@ def launch_layers(policy, tokens: list[str]):
             fixed = "--" + tok.split("=", 1)[0].lstrip("-" + "".join(DASHES))
             fixed = "".join("-" if c in DASHES else c for c in fixed)
             more = f"; did you mean {fixed}?" if fixed in known else ""
-            problems.append(Problem("C501", f"unrecognized argument {tok!r}: SGLang's parser refuses it",
+            problems.append(Problem("C501", f"unrecognized argument {shown(tok)}: SGLang's parser refuses it",
                                     hint=hint + more))
             if "=" not in tok and i < len(args) and not _flagish(args[i]):
                 i += 1  # its value, so that it is not reported again as a stray argument
@@ -109,10 +110,10 @@ def launch_layers(policy, tokens: list[str]):
             if _flagish(tok) or previous:
                 near = near_miss("-" + tok, known) if _flagish(tok) else None
                 why = f" after {previous}" if previous and not _flagish(tok) else ""
-                problems.append(Problem("C501", f"unrecognized argument {tok!r}{why}: SGLang's parser refuses it",
+                problems.append(Problem("C501", f"unrecognized argument {shown(tok)}{why}: SGLang's parser refuses it",
                                         hint=f"did you mean {near}?" if near else ""))
             else:
-                notes.append(f"ignored the stray argument {tok!r}")
+                notes.append(f"ignored the stray argument {shown(tok)}")
             continue
         flag, eq, inline = tok.partition("=")
 
@@ -156,7 +157,7 @@ def launch_layers(policy, tokens: list[str]):
         after = flag
         if spec.type == "bool":
             if eq:
-                problems.append(Problem("C503", f"{flag} is a switch and takes no value (got {inline!r})"))
+                problems.append(Problem("C503", f"{flag} is a switch and takes no value (got {shown(inline)})"))
                 continue
             given[flag[2:]] = True
             continue
@@ -215,17 +216,6 @@ def _near_routing_flag(flag: str, known: list, policy) -> str:
 
 
 # -- in place of SGLang's if/else --------------------------------------------------------------
-# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
-# ValueError
-ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
-
-
-def raise_refusal(decision):
-    """Raise what SGLang raises for the decision's first violation."""
-    first = decision.violations[0]
-    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
-
-
 def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
     """Route `server_args` by the policy.
 
@@ -247,7 +237,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     record, which SGLang has already routed and logged). Returns the Decision."""
     import engine.sglang.resolution as sglang_resolution
     from engine.policy.loader import load_policy
-    from engine.policy.shipped import policy_ref
+    from engine.files.shipped import policy_ref
 
     policy = load_policy(policy_ref(policy))
     logger = logger or logging.getLogger("sglang.srt.server_args")
@@ -261,7 +251,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     # one input with different values are an error, not a silent pick)
     attrs: dict = {}
     for name, spec in policy.inputs.items():
-        present = [a for a in _attr_names(policy, name) if hasattr(server_args, a)]
+        present = [a for a in attr_names(policy, name) if hasattr(server_args, a)]
         values = {a: getattr(server_args, a) for a in present if getattr(server_args, a) is not None}
         if values:
             attrs.update(values)
@@ -279,7 +269,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     if not decision.ok:
         raise_refusal(decision)
     for name, value in decision.config.items():
-        for attr in _attr_names(policy, name):
+        for attr in attr_names(policy, name):
             if hasattr(server_args, attr):
                 setattr(server_args, attr, value)
     for line in decision.log:
@@ -293,14 +283,6 @@ def resolution_step(policy=None, **env):
     from engine.sglang.resolution import resolution_step as step
 
     return step(policy, **env)
-
-
-def _attr_names(policy, name: str) -> list[str]:
-    """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
-    deprecated flags' (older SGLang objects)."""
-    spec = policy.inputs[name]
-    names = [name] + [f[2:].replace("-", "_") for f in tuple(spec.flags) + tuple(spec.deprecated)]
-    return list(dict.fromkeys(names))
 
 
 def _detected(policy) -> dict:

@@ -4,6 +4,7 @@ underscores. Values keep their YAML/JSON types; strings are never read as boolea
 from __future__ import annotations
 
 from engine.errors import ConfigError, Problem
+from engine.values import kind
 
 
 def read_config_file(path: str):
@@ -21,7 +22,7 @@ def read_config_file(path: str):
         doc.data = {}
     if not isinstance(doc.data, dict):
         raise ConfigError([Problem("C504", f"a config file holds a mapping of option -> value, this one "
-                                   f"holds a {type(doc.data).__name__}", path, 1, 1)])
+                                   f"holds {kind(doc.data)}", path, 1, 1)])
     return doc
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 
-from engine.errors import ConfigError, Problem, clip, shown
-from engine.language.inputs import _Record  # fields compared and shown like a dataclass's, without importing dataclasses
+from engine.errors import ConfigError, Problem
+from engine.values import clip, kind, shown
+from engine.language.inputs import Record  # fields compared and shown like a dataclass's, without importing dataclasses
 from engine.suggest import closest, did_you_mean, near_miss
 
 MODEL_KEYS = ("model-path", "model")
@@ -52,7 +53,7 @@ def sglang_key(key: str) -> str:
     return key.replace("_", "-")
 
 
-class Layer(_Record):
+class Layer(Record):
     """One source, read: its inputs (input -> (key as spelled, value)), options (primary ->
     (key as spelled, JSON object)), the model path ((key, path) or None), keys ignored."""
 
@@ -73,7 +74,7 @@ def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, leni
     layer = Layer(source)
     if not isinstance(data, Mapping):
         raise ConfigError([Problem("C504", f"a config is a mapping of input -> value, got "
-                                   f"{type(data).__name__}", file)])
+                                   f"{kind(data)}", file)])
     problems: list[Problem] = []
     inputs: dict = {}  # given to the policy's own check (it reports twins, values, positions)
     seen: dict = {}  # option or model group -> the key that set it
@@ -176,11 +177,11 @@ def _json_object(key, value, file):
             return None, Problem("C503", f"{key}: not a JSON object: {shown(value)} "
                                  f"({exc.problems[0].message})", file)
     if not isinstance(obj, dict):
-        return None, Problem("C503", f"{key}: expected a JSON object, got {type(obj).__name__}", file)
+        return None, Problem("C503", f"{key}: expected a JSON object, got {kind(obj)}", file)
     return obj, None
 
 
-class Given(_Record):
+class Given(Record):
     """Layers combined: the config for the policy, the notes, and what the user gave."""
 
     FIELDS = ("config", "notes", "given")

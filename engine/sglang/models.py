@@ -12,6 +12,7 @@ import os
 import re
 
 from engine.errors import ConfigError, Problem
+from engine.values import kind
 
 # architectures[0] -> the family name a policy's model_family input may use (None: DSA, no family
 # of its own). SGLang's is_deepseek_dsa list; the GLM-5 SM12x defaults need GlmMoeDsaForCausalLM
@@ -81,7 +82,7 @@ def _from_config(path: str) -> Model:
         raise ConfigError([Problem("C504", f"model config: {p.message}", p.file, p.line, p.col, p.hint)
                            for p in exc.problems]) from None
     if not isinstance(data, dict):
-        raise bad(f"expected a JSON object, got {type(data).__name__}")
+        raise bad(f"expected a JSON object, got {kind(data)}")
     archs = data.get("architectures")
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise bad("'architectures' must be a non-empty list of names")

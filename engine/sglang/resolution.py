@@ -106,14 +106,14 @@ def decide(obj, policy, env: dict):
     engine/sglang/given.py as every other source is; what SGLang finds on the machine and in the model
     comes first, the keyword arguments last."""
     from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-    from engine.sglang.adapter import _attr_names, raise_refusal
+    from engine.sglang.server_args import attr_names, raise_refusal
 
     read = _reader(obj)
     attrs: dict = {}
     fields_of: dict = {}  # input -> the record fields that carry it
     for name, spec in policy.inputs.items():
         values, present = {}, False
-        for attr in _attr_names(policy, name):
+        for attr in attr_names(policy, name):
             try:
                 value = read(attr)
             except KeyError:
@@ -172,7 +172,7 @@ def resolution_step(policy=None, *, dsa_model=None, platform=None, sm_major=None
     it decides, for `run_post_process_pass` to declare. Keyword arguments fix inputs that are
     otherwise read from the machine and the model."""
     from engine.policy.loader import load_policy
-    from engine.policy.shipped import policy_ref
+    from engine.files.shipped import policy_ref
 
     loaded = load_policy(policy_ref(policy))
     env = {"dsa_model": dsa_model, "platform": platform, "sm_major": sm_major}

@@ -1,7 +1,6 @@
 """An independent, hand-written transcription of SGLang's DSA (NSA) backend routing, written from
 the behaviour of sgl-project/sglang's server_args.py at PR #23013 (version 2) and at its parent
-(version 1). It is the oracle the policies are tested against, and the if/else baseline the
-decision-cost benchmark compares with. It shares no code with the engine.
+(version 1). It is the oracle the policies are tested against. It shares no code with the engine.
 """
 from __future__ import annotations
 

@@ -9,11 +9,12 @@ import os
 import time
 
 import engine.sglang.conform.sample as _sample
+from engine.errors import EngineError
 from engine.sglang.conform.cases import case_of
 from engine.sglang.conform.report import compare
 
 
-class SGLangUnavailable(Exception):
+class SGLangUnavailable(EngineError):
     """SGLang cannot be imported, or its release is one no driver knows (exit 2)."""
 
 

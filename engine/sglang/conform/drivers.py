@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
+from engine.errors import EngineError
+
 DRIVERS: dict[str, str] = {
     "0.5.11": "engine.sglang.conform.sglang_0511",  # environments: tools/sglang-env.sh (docs/conform.md)
     "0.5.12": "engine.sglang.conform.sglang_0512",
@@ -26,7 +28,7 @@ INSTALL_HINT = ("install it with `make install` (the conform step installs sglan
                 "`pip install --no-deps sglang==0.5.23`")
 
 
-class UnknownVersion(ValueError):
+class UnknownVersion(EngineError, ValueError):
     """No driver for this SGLang version."""
 
 

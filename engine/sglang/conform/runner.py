@@ -14,6 +14,7 @@ import signal
 import traceback
 from collections import deque
 
+from engine.errors import EngineError
 from engine.sglang.conform.drivers import resolve
 from engine.sglang.conform.progress import Progress
 
@@ -25,7 +26,7 @@ def describe(case) -> str:
             f"{extra}: {argv or '(no arguments)'}")
 
 
-class WorkerCrashed(RuntimeError):
+class WorkerCrashed(EngineError, RuntimeError):
     """A worker process died while running a case."""
 
     def __init__(self, index: int, case, exitcode):
@@ -40,7 +41,7 @@ class WorkerCrashed(RuntimeError):
         super().__init__(f"conform worker died ({how}) on case {index}: {describe(case)}")
 
 
-class DriverError(RuntimeError):
+class DriverError(EngineError, RuntimeError):
     """The driver raised on a case instead of returning a Result."""
 
     def __init__(self, index: int, case, detail: str):

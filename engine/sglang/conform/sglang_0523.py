@@ -38,6 +38,7 @@ import logging
 import os
 import warnings
 
+from engine.errors import EngineError
 from engine.sglang.conform.protocol import Case, Result
 
 VERSION = "0.5.23"
@@ -69,7 +70,7 @@ _WARM_UP = (
 )
 
 
-class _ParserExit(Exception):
+class _ParserExit(EngineError):
     """argparse's error(): the message it would print after "error: "."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-# the engine package folder (this module is engine/policy/shipped.py)
+# the engine package folder (this module is engine/files/shipped.py)
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,8 +27,9 @@ def policy_root(given: str | None) -> str:
         return default_policy_dir()
     if not isinstance(given, str) or not given.strip():
         from engine.errors import PolicyError, Problem
+        from engine.values import shown
 
-        raise PolicyError([Problem("R602", f"the policy folder is empty ({given!r}): it must name a folder",
+        raise PolicyError([Problem("R602", f"the policy folder is empty ({shown(given)}): it must name a folder",
                                    hint="leave the option out for the default")])
     return given
 

@@ -45,6 +45,9 @@ class Decision:
 
     policy = property(lambda self: self._policy)
     input = property(lambda self: self._input)
+    # the resolved values in the policy's input order (`config` without the dict), for code that
+    # compares decisions in bulk
+    values = property(lambda self: self._values)
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,16 @@ class Decision:
     def error(self) -> str | None:
         """The first violation's message: the error SGLang raises for this config."""
         return self._raw[0][2] if self._raw else None
+
+    @property
+    def failed_check(self) -> str | None:
+        """The name of the first failed check (whose message is `error`), or None."""
+        return self._policy.rule_meta[self._raw[0][0]][0] if self._raw else None
+
+    def with_input(self, given) -> "Decision":
+        """The same decision for another spelling of the same config (the memo shares one
+        decision among the configs that spell it alike)."""
+        return Decision(self._policy, self._values, self._sources, self._log, self._raw, given)
 
     def outcome(self) -> tuple:
         """A hashable summary for comparing decisions: ok, resolved values, log, messages."""

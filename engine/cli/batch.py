@@ -1,0 +1,114 @@
+"""`hisparse evaluate --batch`: one decision per line of a JSON Lines source, in order."""
+from __future__ import annotations
+
+import sys
+
+from engine.errors import ConfigError, Problem
+from engine.cli.options import ERROR, OK, VIOLATION, emit_json
+from engine.values import kind
+
+
+def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
+    """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
+    at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
+    own error object and every other line is still evaluated, in order. The source is a regular
+    file or a pipe (stdin, a FIFO, `<(...)`): a device such as /dev/zero never ends and is refused,
+    and a line running on for MAX_LINE_FACTOR times the limit without a newline stops the batch."""
+    from engine.files.streams import RUNAWAY, MAX_LINE_FACTOR, lines_of, open_stream
+    from engine.files.reading import max_file_bytes
+
+    stream = open_stream("batch input" if source == "-" else "batch file", source)
+
+    worst = OK
+    lines = lines_of(stream, max_file_bytes())
+    number = 0
+    try:
+        while True:
+            try:  # only reading is guarded here: a failed write is the output's error, not the input's
+                line = next(lines, None)
+            except OSError as exc:
+                raise ConfigError([Problem("C504", f"cannot read batch input: {exc.strerror or exc}",
+                                           source)]) from None
+            if line is None:
+                break
+            number += 1
+            if line is RUNAWAY:
+                raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
+                                           "bytes without a newline; stopped reading", source,
+                                           hint="one JSON object per line")])
+            result, status, decision, given = batch_line(policy, base, said, line, number)
+            if record and decision is not None:
+                from engine.serving.records import append_records
+
+                append_records(record, [decision], [given])
+            worst = max(worst, status)
+            if fmt == "json":
+                emit_json(result)
+            else:
+                print(_batch_text(policy, result, number))
+            if source == "-":  # a pipe: answer each line as it comes
+                sys.stdout.flush()
+    finally:
+        if source != "-":
+            stream.close()
+    return worst
+
+
+def batch_line(policy, base, said, line, number: int):
+    def bad(problems):
+        first = problems[0]
+        err = {"code": first.code, "message": first.message}
+        if first.hint:
+            err["hint"] = first.hint
+        if len(problems) > 1:
+            err["more"] = [p.to_dict() for p in problems[1:]]
+        return {"ok": False, "line": number, "error": err}, ERROR, None, None
+
+    from engine.files.streams import TOO_LONG
+
+    if line is TOO_LONG:
+        from engine.files.reading import max_file_bytes
+
+        return bad([Problem("C505", f"line longer than {max_file_bytes()} bytes (HISPARSE_MAX_FILE_BYTES)")])
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return bad([Problem("C505", f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                                        f"{exc.start + 1})")])
+    if not line.strip():
+        return bad([Problem("C505", "empty line (one JSON object per line)")])
+    from engine.files.yaml_reader import ReadError, parse_json
+
+    try:  # the reader's limits: depth, size, NaN, 64-bit integers, duplicate keys
+        obj = parse_json(line.rstrip("\r\n"), f"line {number}").data
+    except ReadError as exc:
+        p = exc.problems[0]
+        message = p.message
+        if message.startswith("JSON syntax: "):
+            message = "not JSON: " + message[len("JSON syntax: "):]
+        return bad([Problem("C505", message + (f" at column {p.col}" if p.col else ""))])
+    if not isinstance(obj, dict):
+        return bad([Problem("C505", f"a line holds one JSON object, got {kind(obj)}")])
+    try:  # the line is one more source, read as every other source is
+        from engine.sglang.given import combine, read_layer
+
+        g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
+        d = policy.evaluate(g.config)
+    except ConfigError as exc:
+        return bad(exc.problems)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: line {number}: {note}", file=sys.stderr)
+    out = d.to_dict()
+    out["line"] = number
+    return out, (OK if d.ok else VIOLATION), d, g.given
+
+
+def _batch_text(policy, result: dict, number: int) -> str:
+    if "error" in result:
+        return f"line {number}: ERROR {result['error']['code']}: {result['error']['message']}"
+    if result["ok"]:
+        chosen = " ".join(f"{ph}={result[spec.input]}" for ph, spec in policy.phases.items())
+        return f"line {number}: ok {chosen}"
+    return f"line {number}: REJECTED {result['violations'][0]['message']}"

@@ -1,0 +1,210 @@
+"""The parts every `hisparse` command is built from: its parser (usage errors exit 2, never guess
+a flag), the policy options, one option per input of the policy, and the config sources a command
+line names (flags, --config, a launch command after `--`), read as every other source is."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import EngineError, HisparseError, Problem
+from engine.files.shipped import DEFAULT_POLICY, policy_ref
+from engine.suggest import did_you_mean
+from engine.values import INT_MAX, INT_MIN, clip, escape_json, parse_int, shown
+
+OK, VIOLATION, ERROR = 0, 1, 2
+
+
+class UsageError(EngineError):
+    """Bad command-line usage (exit 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
+        super().__init__(*args, **kw)
+
+    def error(self, message):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):  # the same did-you-mean as after `--`
+            message = prefix + "; ".join(self._unrecognized(message[len(prefix):].split()))
+        raise UsageError(f"{self.prog}: {clip(message, 400)}")
+
+    def _unrecognized(self, words):
+        from engine.sglang.given import typographic_dash
+
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for word in words:
+            flag = word.partition("=")[0]
+            hint = typographic_dash(word) or (did_you_mean(flag, options, list_if_none=False)
+                                              if flag.startswith("--") else "")
+            yield f"{clip(word)} ({hint})" if hint else clip(word)
+
+
+def int_arg(text: str) -> int:
+    """argparse type of an integer option: 64-bit, refused unread when longer (int() of a
+    5000-digit text raises past Python's digit limit)."""
+    value = parse_int(text)
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)} (a 64-bit integer)")
+    return value
+
+
+# -- policy-driven options ----------------------------------------------------------------------
+def policy_from_argv(argv):
+    """The policy the command line names (--policy, --policy-dir), read before the command's own
+    parser is built: the policy's inputs are options of that parser."""
+    pre = Parser(add_help=False)
+    pre.add_argument("--policy")
+    pre.add_argument("--policy-dir")
+    ns, _ = pre.parse_known_args(argv)
+    from engine.policy.loader import load_policy
+
+    return load_policy(policy_ref(ns.policy), ns.policy_dir)
+
+
+def add_policy_options(parser, with_ref=True):
+    if with_ref:
+        parser.add_argument("--policy", metavar="REF",
+                            help="FAMILY, FAMILY@N or a file (default: $HISPARSE_POLICY or "
+                                 f"{DEFAULT_POLICY}, newest version)")
+        parser.add_argument("--policy-dir", metavar="DIR",
+                            help="folder of policy families (default: $HISPARSE_POLICY_DIR or the shipped policies)")
+
+
+def add_input_flags(parser, policy, defaults: dict | None = None):
+    """One option per policy input flag, spelled as the policy declares (SGLang's flag names),
+    and SGLang's options the inputs derive from (--model-path, --hisparse-config). Every spelling
+    keeps its own destination, so two spellings of one input with different values are an error
+    (C501), not a silent last-one-wins. `defaults` overrides the default the help shows, for a
+    command that sets an input itself. A flag that collides with one of the command's own options
+    is a policy error (E309), never an argparse crash."""
+    defaults = defaults or {}
+    group = parser.add_argument_group(f"config inputs of {policy.ref}")
+    try:
+        _add_input_flags(parser, group, policy, defaults)
+    except argparse.ArgumentError as exc:
+        raise HisparseError([Problem("E309", f"{policy.ref}: an input flag collides with an option of "
+                                     f"{parser.prog}: {exc}", policy.file)]) from None
+
+
+def _add_input_flags(parser, group, policy, defaults: dict) -> None:
+    for name, spec in policy.inputs.items():
+        help_text = spec.description or ""
+        shown_default = defaults.get(name, spec.default)
+        kind = int_arg if spec.type == "int" else str
+        metavar = "N" if spec.type == "int" else ("BACKEND" if spec.phase else "VALUE")
+        for i, flag in enumerate(spec.flags):
+            other = f"another spelling of {spec.flag}" if i else ""
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__flag{i}", action=argparse.BooleanOptionalAction,
+                                   default=None, help=other or f"{help_text} (default {str(shown_default).lower()})")
+            else:
+                values = "|".join(str(v) for v in spec.values)
+                domain = f"one of {values}" if spec.type == "enum" else f"integer, e.g. {values}"
+                default = "unset" if shown_default is None else shown_default
+                group.add_argument(flag, dest=f"{name}__flag{i}", type=kind, default=None, metavar=metavar,
+                                   help=other or f"{help_text} [{domain}; default {default}]")
+        for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
+            if spec.type == "bool":
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
+                                   default=None, help=f"deprecated spelling of {spec.flag}")
+            else:
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
+                                   default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
+        for i, flag in enumerate(spec.removed):  # parsed only to be refused (C501) naming the replacement
+            group.add_argument(flag, dest=f"{name}__removed{i}", nargs="?", const=True, default=None,
+                               help=argparse.SUPPRESS)
+    from engine.sglang.given import MODEL_KEYS, OPTIONS
+
+    sglang = parser.add_argument_group("SGLang options the inputs are read from")
+    for i, key in enumerate(MODEL_KEYS):
+        sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="PATH",
+                            help=("the model (a local folder: its config.json; a hub name: the name table) "
+                                  "decides dsa_model and model_family") if not i else f"as --{MODEL_KEYS[0]}")
+    for primary, (aliases, targets) in OPTIONS.items():
+        for key in (primary,) + aliases:
+            sglang.add_argument("--" + key, dest=f"sglang__{key}", metavar="JSON",
+                                help=f"SGLang's JSON option ({', '.join(targets)})" if key == primary
+                                else f"as --{primary}")
+
+
+def flag_values(policy, ns) -> dict:
+    """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
+    the config is evaluated; errors name what was typed)."""
+    from engine.sglang.given import MODEL_KEYS, OPTIONS
+
+    given = {}
+    for name, spec in policy.inputs.items():
+        for i, flag in enumerate(spec.flags):
+            value = getattr(ns, f"{name}__flag{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.deprecated):
+            value = getattr(ns, f"{name}__deprecated{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+        for i, flag in enumerate(spec.removed):
+            value = getattr(ns, f"{name}__removed{i}", None)
+            if value is not None:
+                given[flag[2:]] = value
+    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+        value = getattr(ns, f"sglang__{key}", None)
+        if value is not None:
+            given[key] = value
+    return given
+
+
+def split_launch(argv):
+    """(hisparse's own arguments, the SGLang launch command after `--` or None)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> list:
+    """The sources of a config, lowest first: the command's own base (attend), the launch command
+    after `--` (its --config file, then its flags), --config FILE (lenient: unrelated SGLang keys
+    are ignored, with a note), then hisparse's flags. Each is read by engine/sglang/given.py, the one
+    path for every source, and validated as it is read, so errors name the file, line or flag."""
+    from engine.sglang.given import read_layer
+
+    layers = []
+    if base:
+        layers.append(read_layer(policy, base, "the command's defaults"))
+    if launch is not None:
+        from engine.sglang.adapter import launch_layers
+
+        more, notes = launch_layers(policy, launch)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        layers += more
+    if config_file is not None:
+        from engine.sglang.config_files import config_layer
+
+        layers.append(config_layer(policy, config_file))
+    layers.append(read_layer(policy, flag_values(policy, ns), "the command line"))
+    return layers
+
+
+def combined(policy, layers, said=()):
+    """The layers combined (engine.sglang.given.Given); notes not already said go to stderr."""
+    from engine.sglang.given import combine
+
+    g = combine(policy, layers)
+    for note in g.notes:
+        if note not in said:
+            print(f"note: {note}", file=sys.stderr)
+    return g
+
+
+# -- output --------------------------------------------------------------------------------------
+def print_problems(problems, stream=None) -> None:
+    stream = stream or sys.stderr
+    for p in problems:
+        print(str(p), file=stream)
+
+
+def emit_json(obj) -> None:
+    sys.stdout.write(escape_json(json.dumps(obj, ensure_ascii=False)) + "\n")

@@ -1,0 +1,22 @@
+"""What routing any SGLang ServerArgs shares, for apply() on every generation (adapter.py) and on
+0.5.2x's own records (resolution.py): the attribute names an input may have, and what SGLang
+raises for a refused config."""
+from __future__ import annotations
+
+# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
+# ValueError
+ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
+
+
+def raise_refusal(decision):
+    """Raise what SGLang raises for the decision's first violation."""
+    first = decision.violations[0]
+    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
+
+
+def attr_names(policy, name: str) -> list[str]:
+    """The attribute names an input may have on a ServerArgs: its name, then its flags', then its
+    deprecated flags' (older SGLang objects)."""
+    spec = policy.inputs[name]
+    names = [name] + [f[2:].replace("-", "_") for f in tuple(spec.flags) + tuple(spec.deprecated)]
+    return list(dict.fromkeys(names))

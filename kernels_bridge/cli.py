@@ -1,0 +1,179 @@
+"""`hisparse attend` and `hisparse doctor`: the kernel bridge's commands, in the bridge because the
+engine never imports it. Importing this module adds them to the engine's command table, and the
+`hisparse` console script starts here (pyproject.toml), so they are listed and run as the engine's
+own; `python -m engine.cli` is the engine's commands alone. Nothing heavy is imported here: torch
+and the bridge's modules load when attend or doctor runs, so `hisparse evaluate` pays only for
+this module."""
+from __future__ import annotations
+
+import sys
+
+from engine.cli.commands import main as engine_main, register
+from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
+                                add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
+from engine.cli.output import Progress
+from engine.values import shown
+
+# attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs
+# (v3 declares them); for a policy without them attend adds the same flags itself.
+WORKLOAD_INPUTS = {"hisparse_top_k": "--hisparse-top-k", "hisparse_device_buffer_size": "--hisparse-device-buffer-size"}
+ATTEND_ON = ("enable_hisparse", "disable_radix_cache")  # what attend turns on unless told otherwise
+BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.13.0 numpy` (CPU), "
+               "or `pip install -e '.[bridge]'` after a CUDA build of torch")
+
+
+def cmd_attend(argv) -> int:
+    policy = policy_from_argv(argv)
+    parser = Parser(prog="hisparse attend",
+                    description="A synthetic DSA decode workload end to end: the policy picks the decode "
+                                "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
+                                "HiSparse is on and the radix cache off unless the flags say otherwise; "
+                                "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
+                                "2048 and 2 x top-k), checked by the policy with the rest of the config.")
+    add_policy_options(parser)
+    w = parser.add_argument_group("workload")
+    w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
+    w.add_argument("--context", type=int_arg, default=4096, help="tokens of KV per request at the start (default 4096)")
+    w.add_argument("--heads", type=int_arg, default=128, help="query heads: 64 or 128 (default 128)")
+    for name, flag in WORKLOAD_INPUTS.items():
+        if name not in policy.inputs:  # the policy does not declare it: attend's own option
+            what = ("positions the indexer picks per step (default 2048)" if name == "hisparse_top_k"
+                    else "hot-buffer slots per request, a multiple of 64 (default 2 x top-k)")
+            w.add_argument(flag, dest=name, type=int_arg, default=None, help=what)
+    w.add_argument("--steps", type=int_arg, default=8, help="decode steps (default 8)")
+    w.add_argument("--locality", type=float, default=0.7,
+                   help="share of the top-k kept from the previous step (default 0.7)")
+    w.add_argument("--seed", type=int_arg, default=0, help="random seed, 0 to 2**63-1 (default 0)")
+    w.add_argument("--provider", choices=("auto", "reference", "flashmla"), default="auto")
+    w.add_argument("--device", default="cpu", help="where the hot buffer and kernels run: cpu, cuda or "
+                                                   "cuda:N (default cpu)")
+    w.add_argument("--max-memory", metavar="SIZE",
+                   help="refuse a workload needing more (bytes, or 512M, 8G ...); default: half of the "
+                        "memory this process can still take ($HISPARSE_MEMORY_LIMIT)")
+    w.add_argument("--threads", type=int_arg, metavar="N",
+                   help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
+                        "loaded machine 1 is often faster)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
+    ns = parser.parse_args(argv)
+    base = {name: True for name in ATTEND_ON if name in policy.inputs}
+    config = combined(policy, layers_from_args(policy, ns, base=base)).config
+    top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
+    top_k = 2048 if top_k is None else top_k
+    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
+                                  getattr(ns, "hisparse_device_buffer_size", None))
+    buffer_size = 2 * top_k if buffer_size is None else buffer_size
+    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
+        if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
+            config = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
+            config[name] = value
+    decision = policy.evaluate(config)
+    if not decision.ok:
+        print(f"REJECTED by {policy.ref}: {decision.error}")
+        return VIOLATION
+    try:
+        import torch  # the bridge needs it; say so plainly when it is missing
+    except ImportError as exc:
+        print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
+        return ERROR
+    if ns.threads is not None:
+        if ns.threads < 1:
+            raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
+        torch.set_num_threads(ns.threads)
+    from kernels_bridge.errors import BridgeError
+    from kernels_bridge.resources import parse_size
+    from kernels_bridge.workload import Workload, report_text, run
+
+    max_bytes = None
+    if ns.max_memory is not None:
+        max_bytes = parse_size(ns.max_memory)
+        if max_bytes is None:
+            raise UsageError(f"hisparse attend: --max-memory {shown(ns.max_memory)}: expected a size such as "
+                             "1073741824, 512M or 8G")
+    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
+                    ns.seed, ns.provider, ns.device)
+    try:
+        report = run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes)
+    except BridgeError as exc:
+        print(f"hisparse attend: {exc}", file=sys.stderr)
+        return ERROR
+    except MemoryError:
+        print("hisparse attend: out of memory while building the workload; make it smaller or lower "
+              "--max-memory", file=sys.stderr)
+        return ERROR
+    if ns.format == "json":
+        emit_json(report)
+    else:
+        print(report_text(report))
+    return OK
+
+
+def _workload_value(policy, config: dict, name: str, own):
+    """The value a workload knob takes: attend's own flag, else the config's (a policy input
+    given as a flag), else the policy's default."""
+    if own is not None or name not in policy.inputs:
+        return own
+    for key, value in config.items():
+        if policy.canonical_key(key) == name:
+            return value
+    return policy.inputs[name].default
+
+
+def cmd_doctor(argv) -> int:
+    parser = Parser(prog="hisparse doctor",
+                    description="What the kernel bridge can run here: torch, CUDA, the device, flash_mla "
+                                "(and why not), and which provider each backend uses.")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    ns = parser.parse_args(argv)
+    try:
+        from kernels_bridge.doctor import doctor_report, render_doctor  # imports torch: only here
+    except ImportError as exc:  # a report all the same: what is missing, and what to install
+        report = _doctor_without_torch(exc)
+        render_doctor = _render_without_torch
+    else:
+        report = doctor_report()
+    if ns.format == "json":
+        emit_json(report)
+    else:
+        print(render_doctor(report))
+    return OK if report["bridge"]["usable"] else VIOLATION
+
+
+def _doctor_without_torch(exc: ImportError) -> dict:
+    import platform
+
+    try:
+        import numpy
+
+        numpy_facts = {"version": numpy.__version__, "error": None}
+    except ImportError as np_exc:
+        numpy_facts = {"version": None, "error": f"{type(np_exc).__name__}: {np_exc}"}
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "bridge": {"usable": False, "reason": f"torch does not import ({type(exc).__name__}: {exc})",
+                       "hint": BRIDGE_HINT},
+            "torch": {"version": None, "error": f"{type(exc).__name__}: {exc}"}, "numpy": numpy_facts,
+            "device": None, "flash_mla": None, "backends": {}}
+
+
+def _render_without_torch(report: dict) -> str:
+    np_facts = report["numpy"]
+    return "\n".join([
+        "kernel bridge doctor",
+        f"  python     {report['python']} ({report['platform']})",
+        f"  torch      does not import: {report['torch']['error']}",
+        f"  numpy      {np_facts['version'] or 'does not import: ' + np_facts['error']}",
+        f"  bridge     not usable: {report['bridge']['hint']}",
+    ])
+
+
+register("attend", cmd_attend, "run a synthetic HiSparse decode workload through the policy's backend")
+register("doctor", cmd_doctor, "what the kernel bridge can run here, and why")
+
+
+def main(argv=None) -> int:
+    """`hisparse`: the engine's commands and the bridge's."""
+    return engine_main(argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
