@@ -473,6 +473,24 @@ def test_json_decision_example_is_real_output():
     assert real == shown
 
 
+# -- the design page ---------------------------------------------------------------------------------------
+
+def layer_rows(text: str) -> list[tuple[str, ...]]:
+    """The modules of each row of the "Layers" table of docs/design.md, lowest layer first."""
+    section = text[text.index("## Layers"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if re.match(r"\| \d+ \|", line)]
+    return [tuple(re.findall(r"`([\w.]+)`", cells[1])) for cells in rows]
+
+
+def test_the_design_page_shows_the_layer_map_the_import_check_holds():
+    from tests.test_layers import LAYERS
+
+    assert layer_rows(read("docs/design.md")) == [names for names, _ in LAYERS]
+    swapped = "## Layers\n| 1 | `engine.files` | x |\n| 2 | `engine.errors` | y |\n\n## Next\n"
+    assert layer_rows(swapped) == [("engine.files",), ("engine.errors",)]  # what a reordered page reads as
+
+
 # -- links, names and paths ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("page", PAGES)
