@@ -365,6 +365,18 @@ def hisparse_parses(argv):
     return "ran without parsing its arguments"
 
 
+def test_the_readme_names_every_command():
+    """The README's Commands section names each command `hisparse` has, the bridge's included."""
+    import kernels_bridge.cli  # noqa: F401 - registers attend and doctor
+    from engine.cli import commands
+
+    readme = read("README.md")
+    section = readme[readme.index("## Commands"):readme.index("## Figures")]
+    named = set(re.findall(r"`(?:hisparse )?([a-z]+)`", section))
+    assert set(commands.COMMANDS) <= named, sorted(set(commands.COMMANDS) - named)
+    assert {"attend", "doctor", "evaluate"} <= set(commands.COMMANDS)
+
+
 def test_the_parse_only_check_refuses_a_bad_command():
     assert hisparse_parses(["conform", "--policy", "nsa-backends@4", "--sample", "5000"]) is None
     assert "unrecognized" in hisparse_parses(["conform", "--smaple", "5000"])
