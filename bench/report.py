@@ -1,5 +1,6 @@
-"""The README's Performance table and notes, generated from bench/results/*.json (kept current by a
-test): no figure in them is typed in."""
+"""The figures of the documentation, generated from bench/results/*.json (kept current by a test): the
+README's headline, and the performance table and notes of docs/performance.md. No figure in them is
+typed in."""
 from __future__ import annotations
 
 import json
@@ -105,7 +106,7 @@ def performance_notes() -> str:
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
     lines = [f"What the figures say ({heading}):", ""]
-    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see the Python API):
+    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see [api.md](api.md)):
   `policy.evaluate` takes {dc['policy_us_per_decision']} us per config of the v2 domain asked again,
   against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
   flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
@@ -163,5 +164,48 @@ def performance_notes() -> str:
     lines.append(f"""- **GPU**: the GPU check (`kernels_bridge/gpu_check.py`) measures the bridge against direct `flash_mla` calls (per-call
   overhead in us) and both kernels' TFLOPS on DeepSeek-V3.2 shapes{anchors}. No GPU was available where
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
-  it on a GPU machine as the kernel bridge section says.""")
+  it on a GPU machine as [bridge.md](bridge.md#the-gpu-check) says.""")
+    return "\n".join(lines)
+
+
+def headline() -> str:
+    """The README's few figures, from the same results as the table in docs/performance.md."""
+    e, k, h, m, acc = (_load(n) for n in ("engine", "kernels", "hotbuffer", "memory", "accuracy"))
+    if not all((e, k, h, m, acc)):
+        return "(run `make bench` to produce the figures)"
+    goals = [(key, g) for r in (e, k, h) for key, g in r["goals"].items() if key in LABELS]
+    missed = [(key, g) for key, g in goals if not g["met"]]
+    dc, st, an = e["figures"]["decision_cost"], e["figures"]["startup"], e["figures"]["analyses"]
+    rates, kv = k["figures"]["rates"], m["figures"]["kv_bytes_per_token"]
+    cosines = [c for f in acc["figures"]["fp8_vs_bf16"].values() for c in f["cosine"]]
+    logit_std = [x for f in acc["figures"]["fp8_vs_bf16"].values() for x in f["logit_std"]]
+
+    def span(key: str) -> str:
+        lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    lines = [
+        f"- A decision costs {dc['policy_us_per_decision']} us per config asked again ({dc['ratio']}x a flat "
+        f"hand-written if/else with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of "
+        f"CPU ({st['ratio']}x Python importing yaml and jsonschema), without importing torch.",
+        f"- Over a whole domain: `hisparse check policies/` lints every shipped version in {an['check']['cpu_s']} s; "
+        f"`hisparse diff nsa-backends@2 nsa-backends@3` compares {an['diff_v2_v3_configs']:,} configs in "
+        f"{an['diff_v2_v3']['cpu_s']} s.",
+        f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
+        f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "
+        f"of std up to {max(logit_std):.1f} ([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",
+        f"- The CPU reference kernels (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8 "
+        f"decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill), against {span('matmul_gflops')} GFLOP/s for a "
+        f"float32 matmul of the same FLOPs.",
+        f"- {len(goals) - len(missed)} of the {len(goals)} speed goals are met"
+        + ("." if not missed else "; missed: " + "; ".join(
+            f"{LABELS[key][0]}: {g['value']:g} {LABELS[key][1]} (goal {g['goal']})" for key, g in missed) + "."),
+    ]
+    gpu = _load("gpu")
+    if gpu and gpu["figures"].get("skipped"):
+        lines.append(f"- Not measured: FlashMLA on a GPU; `bench/results/gpu.json` records why ({gpu['figures']['reason']}).")
+    machine = e["machine"]
+    lines += ["", f"Measured on {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
+                  f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
+                  "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)

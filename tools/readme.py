@@ -1,5 +1,7 @@
-"""Generated parts of the README, kept true by a test: `python -m tools.readme README.md` rewrites
-every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers."""
+"""Generated parts of the README and docs/*.md, kept true by a test: `python -m tools.readme` rewrites
+every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers in every page that has
+one (`python -m tools.readme PAGE ...`: those pages only; `--check`: exit 1 naming the stale ones,
+writing nothing)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +18,8 @@ def codes_table() -> str:
     return "\n".join(rows)
 
 
-CONFORMANCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "conformance")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFORMANCE = os.path.join(ROOT, "docs", "conformance")
 
 
 def conformance_table() -> str:
@@ -48,11 +51,47 @@ def conformance_table() -> str:
     return "\n".join(rows + ([""] + notes if notes else []))
 
 
+def _reports() -> dict:
+    """policy reference -> the saved `hisparse conform --format json` report of it."""
+    out = {}
+    for name in sorted(os.listdir(CONFORMANCE)) if os.path.isdir(CONFORMANCE) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(CONFORMANCE, name), encoding="utf-8") as fh:
+                r = json.load(fh)
+            out[f"{r['policy']['family']}@{r['policy']['version']}"] = r
+    return out
+
+
+def versions_table() -> str:
+    """The shipped versions: what each models (its `upstream`) and what `hisparse conform` found
+    against that SGLang (the saved reports)."""
+    from engine.policy.loader import list_families, load_policy
+    from engine.files.shipped import DEFAULT_POLICY
+
+    rows = ["| version | models | `hisparse conform` against | configs | agree | out of scope | differ |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    reports = _reports()
+    for family, versions in sorted(list_families().items()):
+        for version in versions:
+            ref = f"{family}@{version}"
+            upstream = load_policy(ref).upstream
+            shown = f"`{ref}`" + (" (newest: the default)" if version == versions[-1] and family == DEFAULT_POLICY else "")
+            r = reports.get(ref)
+            if r is None:
+                rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | not run | | | | |")
+                continue
+            c = r["counts"]
+            rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | SGLang {r['sglang']} | {r['total']:,} | "
+                        f"{c['agree']:,} | {c['out_of_scope']:,} | {c['differ']:,} |")
+    return "\n".join(rows)
+
+
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
     from engine.sglang.models import models_table
 
-    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table}
+    out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table,
+           "versions": versions_table}
     try:
         from tools.routing_tables import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap
@@ -66,9 +105,10 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
-        from bench.report import accuracy_table
+        from bench.report import accuracy_table, headline
 
         out["accuracy"] = accuracy_table
+        out["headline"] = headline
     return out
 
 
@@ -94,17 +134,47 @@ def stale_blocks(text: str) -> list[str]:
             if m.group("name") in gens and m.group("body").rstrip("\n") != gens[m.group("name")]().rstrip("\n")]
 
 
+def unknown_blocks(text: str) -> list[str]:
+    """Names of marked blocks no generator produces (a misspelt name would never be rewritten)."""
+    gens = blocks()
+    return [m.group("name") for m in _BLOCK.finditer(text) if m.group("name") not in gens]
+
+
+def pages(root: str = ROOT) -> list[str]:
+    """The README and every docs page, relative to root: the pages the documentation is made of."""
+    docs = os.path.join(root, "docs")
+    return ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(docs) if n.endswith(".md"))
+
+
+def generated_pages(root: str = ROOT) -> list[str]:
+    """The pages holding at least one generated block."""
+    found = []
+    for page in pages(root):
+        with open(os.path.join(root, page), encoding="utf-8") as fh:
+            if _BLOCK.search(fh.read()):
+                found.append(page)
+    return found
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    path = argv[0] if argv else "README.md"
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    new = render(text)
-    if new != text:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(new)
-        print(f"updated {path}")
-    return 0
+    check = "--check" in argv
+    paths = [a for a in argv if a != "--check"] or [os.path.join(ROOT, p) for p in generated_pages()]
+    stale = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if check:
+            stale += [f"{path}: {name}" for name in stale_blocks(text)]
+            continue
+        new = render(text)
+        if new != text:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(new)
+            print(f"updated {os.path.relpath(path)}")
+    for line in stale:
+        print(f"stale: {line} (run `python -m tools.readme`)", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
