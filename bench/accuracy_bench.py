@@ -1,5 +1,5 @@
-"""Accuracy figures: FP8 decode against the BF16 kernel over the same rows (the README's FP8 vs
-BF16 table is generated from bench/results/accuracy.json). Not a timing: the figures depend only
+"""Accuracy figures: FP8 decode against the BF16 kernel over the same rows (the FP8 vs BF16 table
+of docs/bridge.md is generated from bench/results/accuracy.json). Not a timing: the figures depend only
 on the seeds, so a shared machine measures them as well as an idle one."""
 from __future__ import annotations
 

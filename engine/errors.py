@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-# code -> (slug, what it means). The README's error-code table is generated from this mapping and
+# code -> (slug, what it means). The error-code table of docs/cli.md is generated from this mapping and
 # a test keeps the two in step.
 CODES: dict[str, tuple[str, str]] = {
     # reading a file

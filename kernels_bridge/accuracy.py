@@ -1,4 +1,4 @@
-"""FP8 decode against BF16 on realistic inputs: the figures of the README's FP8 vs BF16 table,
+"""FP8 decode against BF16 on realistic inputs: the figures of the FP8 vs BF16 table in docs/bridge.md,
 which bench/accuracy_bench.py measures and tests/test_reference.py bounds (one definition for
 both). They depend only on the seeds."""
 from __future__ import annotations

@@ -39,7 +39,7 @@ TOLERANCES = {
 }
 TOPK = 2048
 # FlashMLA's published peaks on H800 SXM5 (deepseek-ai/FlashMLA README): the anchors the achieved
-# TFLOPS are reported next to; written into every result, so the README takes them from there
+# TFLOPS are reported next to; written into every result, so the docs take them from there
 PUBLISHED_TFLOPS = {"sparse_prefill": 640, "sparse_decode_fp8": 410, "gpu": "H800 SXM5"}
 
 

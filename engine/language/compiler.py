@@ -7,7 +7,7 @@ expressions, per-phase checks unrolled, messages as f-strings, allowed sets and 
 text as constants. Only validated policy data reaches the source, and only through repr(), so
 the text compiled is fully determined by the schema-checked policy.
 
-`interpret.py` defines the same semantics as a plain tree walk (used by explain and coverage);
+`interpreter.py` defines the same semantics as a plain tree walk (used by explain and coverage);
 tests check that both agree on every config of every shipped policy's domain.
 """
 from __future__ import annotations

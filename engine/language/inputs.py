@@ -1,5 +1,5 @@
 """A policy's inputs, phases and upstream: what evaluating a config needs of the policy, kept apart from
-the rule model (model.py) so that a policy loaded from the compiled cache needs neither it nor
+the rule model (rules.py) so that a policy loaded from the compiled cache needs neither it nor
 the dataclasses module (whose import alone costs more than the rest of a cached load)."""
 from __future__ import annotations
 

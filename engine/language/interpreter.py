@@ -1,6 +1,6 @@
 """The policy language's semantics as a plain walk over the loaded rules.
 
-This is the definition the compiled evaluator (`codegen.py`) must agree with; it also records a
+This is the definition the compiled evaluator (`compiler.py`) must agree with; it also records a
 trace of every stage, rule and check for `hisparse explain` and for rule coverage.
 
 Semantics, in order:

@@ -14,7 +14,7 @@ every source goes through.
 `apply(server_args, policy=None)` evaluates the policy on SGLang's ServerArgs, raises what SGLang
 raises with the policy's message when the config is rejected, and otherwise logs SGLang's lines
 and hands the resolved dtype and backends to SGLang: declared on a 0.5.2x record (read-only once
-resolved, see sglang_resolution.py), written back on a plain object (older generations).
+resolved, see resolution.py), written back on a plain object (older generations).
 `resolution_step(policy)` is the same policy as a step of 0.5.2x's resolution pipeline.
 """
 from __future__ import annotations

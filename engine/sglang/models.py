@@ -3,8 +3,8 @@
 
 A local checkpoint folder is read as SGLang reads it: `config.json`'s `architectures[0]` and
 `index_topk` (`is_deepseek_dsa`: the architecture is one of DSA_ARCHITECTURES and index_topk is
-set). A hub name (no such folder) is matched against the name patterns below, the table the
-README lists; a name none of them matches is "cannot tell" and the policy's default applies.
+set). A hub name (no such folder) is matched against the name patterns below, the table
+docs/cli.md lists; a name none of them matches is "cannot tell" and the policy's default applies.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
 
 
 def models_table() -> str:
-    """The README's table of how a model path is read (kept current by a test)."""
+    """The table of docs/cli.md of how a model path is read (kept current by a test)."""
     rows = ["| `--model-path` | DSA | model_family |", "|---|---|---|"]
     for arch, family in DSA_ARCHITECTURES.items():
         topk = "" if arch in INDEX_TOPK_DEFAULT else " with `index_topk`"

@@ -2,7 +2,7 @@
 attention-backend routing and HiSparse validation, for one server config (version 3 oracle).
 
 Written from sgl-project/sglang at 2026-09/10 era snapshots (identified by commit; see
-tests/sglang_latest_notes.md for how "latest" was chosen and for every quote):
+sglang_latest_notes.md beside this file for how "latest" was chosen and for every quote):
 
 * Step A (resolution, runs inside ``handle_model_specific_adjustments`` of the resolution
   pipeline ``arg_groups/pipeline.py::run_resolution_pipeline``):
