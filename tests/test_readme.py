@@ -522,7 +522,7 @@ def test_the_link_check_can_fail(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_named_modules_and_files_exist(page):
-    """A module, attribute or file a page names in code (`engine.sglang.adapter.apply`,
+    """A module, attribute or file a page names in code (`engine.sglang.routing.apply`,
     `engine/cli/commands.py`) exists under that name."""
     text = read(page)
     missing = sorted(n for n in doc_pages.dotted_names(text) if not doc_pages.resolves(n))
@@ -532,7 +532,7 @@ def test_named_modules_and_files_exist(page):
 
 
 def test_a_stale_module_name_is_found():
-    assert doc_pages.resolves("engine.sglang.adapter.apply") and doc_pages.resolves("engine.policy.memo.MEMO_SIZE")
+    assert doc_pages.resolves("engine.sglang.routing.apply") and doc_pages.resolves("engine.policy.memo.MEMO_SIZE")
     assert not doc_pages.resolves("engine.loader.load_policy") and not doc_pages.resolves("engine.cli.nothing")
     assert doc_pages.repo_paths("see `engine/cli.py` and `policies/<family>/v<N>.yaml`") == {"engine/cli.py"}
     assert doc_pages.ignored("bench/results-quick/") and not doc_pages.ignored("bench/results/")

@@ -174,7 +174,7 @@ def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> li
     if base:
         layers.append(read_layer(policy, base, "the command's defaults"))
     if launch is not None:
-        from engine.sglang.adapter import launch_layers
+        from engine.sglang.launch import launch_layers
 
         more, notes = launch_layers(policy, launch)
         for note in notes:

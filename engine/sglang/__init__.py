@@ -5,18 +5,24 @@ path names, `apply()` on SGLang's own ServerArgs, and `conform` against the inst
 """
 from __future__ import annotations
 
-_PUBLIC = ("apply", "config_from_launch", "launch_args", "launch_layers", "raise_refusal",
-           "resolution_step", "model_family", "model_inputs", "model_is_dsa", "ASSERTED_RULES")
+# public name -> the module that defines it
+_PUBLIC = {
+    "apply": "routing", "resolution_step": "routing",
+    "ASSERTED_RULES": "server_args", "raise_refusal": "server_args",
+    "config_from_launch": "launch", "launch_args": "launch", "launch_layers": "launch",
+    "model_family": "models", "model_inputs": "models", "model_is_dsa": "models",
+}
 __all__ = list(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # the adapter is imported on first use: the modules of this package that every command reads
-    # (given, models) must not pay for it
-    if name in _PUBLIC:
-        from engine.sglang import adapter
+    # imported on first use: the modules of this package that every command reads (given, models)
+    # must not pay for the launch reader or apply()
+    module = _PUBLIC.get(name)
+    if module is not None:
+        import importlib
 
-        value = getattr(adapter, name)
+        value = getattr(importlib.import_module(f"engine.sglang.{module}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'engine.sglang' has no attribute {name!r}")

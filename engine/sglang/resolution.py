@@ -150,7 +150,7 @@ def decide(obj, policy, env: dict):
 
 
 def apply_to_record(server_args, policy, env: dict, logger):
-    """`engine.sglang.adapter.apply` on an SGLang 0.5.2x ServerArgs: before (or during) resolution the
+    """`engine.sglang.apply` on an SGLang 0.5.2x ServerArgs: before (or during) resolution the
     changes are declared and the policy's lines logged; a resolved record is only judged."""
     decision, changes = decide(server_args, policy, env)
     if not getattr(server_args, "_resolution_finished", False):

@@ -1,4 +1,4 @@
-"""What routing any SGLang ServerArgs shares, for apply() on every generation (adapter.py) and on
+"""What routing any SGLang ServerArgs shares, for apply() on every generation (routing.py) and on
 0.5.2x's own records (resolution.py): the attribute names an input may have, and what SGLang
 raises for a refused config."""
 from __future__ import annotations
