@@ -30,7 +30,7 @@ from tests import doc_pages
 from tests.doc_pages import Block, blocks
 from tests.helpers import ROOT
 from tools import readme as generator
-from tools.readme import stale_blocks
+from tools.doc_blocks import stale_blocks
 
 PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^conform: \d+/\d+ launches ")  # stderr, timing-dependent
 PAGES = generator.pages(ROOT)
@@ -56,12 +56,12 @@ def sglang_installed() -> bool:
 @pytest.mark.parametrize("page", generator.generated_pages(ROOT))
 def test_generated_blocks_are_current(page):
     stale = stale_blocks(read(page))
-    assert not stale, f"{page} blocks out of date: {stale}; run `python -m tools.readme`"
+    assert not stale, f"{page} blocks out of date: {stale}; run `python -m tools.doc_blocks`"
     assert not generator.unknown_blocks(read(page)), "a marked block no generator produces"
 
 
 def test_the_generator_covers_every_page_with_a_block():
-    """`python -m tools.readme` (no argument) rewrites every page holding a marker, README.md and
+    """`python -m tools.doc_blocks` (no argument) rewrites every page holding a marker, README.md and
     docs/*.md alike, so no page's blocks are left to go stale; --check reports without writing."""
     marked = [p for p in PAGES if "<!-- BEGIN " in read(p)]
     assert "README.md" in marked and any(p.startswith("docs/") for p in marked)

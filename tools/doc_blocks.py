@@ -1,6 +1,6 @@
-"""Generated parts of the README and docs/*.md, kept true by a test: `python -m tools.readme` rewrites
+"""Generated parts of the README and docs/*.md, kept true by a test: `python -m tools.doc_blocks` rewrites
 every block between `<!-- BEGIN name -->` and `<!-- END name -->` markers in every page that has
-one (`python -m tools.readme PAGE ...`: those pages only; `--check`: exit 1 naming the stale ones,
+one (`python -m tools.doc_blocks PAGE ...`: those pages only; `--check`: exit 1 naming the stale ones,
 writing nothing)."""
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
                 fh.write(new)
             print(f"updated {os.path.relpath(path)}")
     for line in stale:
-        print(f"stale: {line} (run `python -m tools.readme`)", file=sys.stderr)
+        print(f"stale: {line} (run `python -m tools.doc_blocks`)", file=sys.stderr)
     return 1 if stale else 0
 
 
