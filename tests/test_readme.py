@@ -29,7 +29,7 @@ import pytest
 from tests import doc_pages
 from tests.doc_pages import Block, blocks
 from tests.helpers import ROOT
-from tools import readme as generator
+from tools import doc_blocks as generator
 from tools.doc_blocks import stale_blocks
 
 PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^conform: \d+/\d+ launches ")  # stderr, timing-dependent
