@@ -376,6 +376,54 @@ def test_a_driver_that_raises_names_the_case():
             runner.run_cases(stand_in(bad), CASES, workers=workers)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_case_that_hangs_stops_the_run_naming_it(workers):
+    """SGLang stuck on one launch (a deadlock, a wait on a device) stops the run with the case
+    named, in about the timeout, and leaves no worker behind."""
+    def stuck(c):
+        if c.argv == ("--n=30",):
+            time.sleep(30)  # "forever" to a 0.5 s timeout; bounded so that a regression fails, not hangs
+        return echo(c)
+    start = time.monotonic()
+    with pytest.raises(runner.CaseTimedOut, match=r"more than 0.5 s on case 30 and was stopped .*--n=30") as exc:
+        runner.run_cases(stand_in(stuck), CASES, workers=workers, case_timeout=0.5)
+    assert exc.value.index == 30
+    assert time.monotonic() - start < 20
+    if workers:
+        import multiprocessing
+
+        assert not multiprocessing.active_children()
+
+
+def test_slow_cases_under_the_timeout_all_finish():
+    """The clock is per case, not per run: many cases that each take a fraction of the timeout
+    finish, on workers and in this process."""
+    def slow(c):
+        time.sleep(0.05)
+        return echo(c)
+    for workers in (0, 2):
+        results = runner.run_cases(stand_in(slow), CASES[:24], workers=workers, case_timeout=0.3)
+        assert [r.message for r in results] == [f"--n={i}" for i in range(24)]
+
+
+def test_conform_reports_a_failed_launch_in_one_line(monkeypatch, capsys):
+    """A crash, a driver error or a hang inside SGLang ends `hisparse conform` with its message and
+    exit 2, never an internal error."""
+    import engine.sglang.conform as conform_package
+    from engine.cli.commands import main
+
+    for exc in (runner.CaseTimedOut(3, CASES[3], 120.0), runner.WorkerCrashed(4, CASES[4], -9),
+                runner.DriverError(5, CASES[5], "KeyError: 'boom'")):
+        def fail(*args, exc=exc, **kwargs):
+            raise exc
+        monkeypatch.setattr(conform_package, "conform", fail)
+        assert main(["conform", "--sample", "60", "--case-timeout", "120"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"hisparse conform: {exc}\n" and "internal error" not in err
+    assert main(["conform", "--case-timeout", "0"]) == 2
+    assert "--case-timeout 0: from above 0 to 86400 seconds" in capsys.readouterr().err
+
+
 def test_ctrl_c_stops_the_workers(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time, types

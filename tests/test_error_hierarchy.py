@@ -16,6 +16,9 @@ OUTSIDE_ROOT = {
     # stands in for argparse's exit inside SGLang 0.5.11/0.5.12's own parsing code, where an
     # `except Exception` must not catch it, as it would not catch the real SystemExit
     "engine.sglang.conform.prepipeline.ParserError",
+    # the timer of an in-process conform run: it interrupts SGLang's own code, whose `except
+    # Exception` must not swallow it; it never leaves the runner (it becomes CaseTimedOut)
+    "engine.sglang.conform.runner._Alarm",
 }
 
 
@@ -60,8 +63,11 @@ def test_every_exception_derives_from_the_package_root(package):
 def test_the_allowed_exceptions_exist_and_need_it():
     from engine.sglang.conform.prepipeline import ParserError
 
-    assert OUTSIDE_ROOT == {f"{ParserError.__module__}.{ParserError.__qualname__}"}
+    from engine.sglang.conform.runner import _Alarm
+
+    assert OUTSIDE_ROOT == {f"{c.__module__}.{c.__qualname__}" for c in (ParserError, _Alarm)}
     assert issubclass(ParserError, SystemExit) and not issubclass(ParserError, Exception)
+    assert issubclass(_Alarm, BaseException) and not issubclass(_Alarm, Exception)
 
 
 def test_the_scan_sees_a_stray_class(tmp_path):

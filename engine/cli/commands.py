@@ -226,6 +226,8 @@ def cmd_conform(argv) -> int:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="worker processes (default: the CPUs this process may use)")
+    parser.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                        help="stop the run when SGLang takes longer than this on one launch (default 120)")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
@@ -243,9 +245,15 @@ def cmd_conform(argv) -> int:
                          f"every input, so it needs at least {widest} configs")
     if ns.workers is not None and ns.workers < 1:
         raise UsageError("hisparse conform: --workers must be at least 1")
+    if ns.case_timeout is not None and not 0 < ns.case_timeout <= 86400:
+        raise UsageError(f"hisparse conform: --case-timeout {ns.case_timeout:g}: from above 0 to 86400 seconds")
+    from engine.sglang.conform.runner import CaseTimedOut, DriverError, WorkerCrashed
+
     try:
-        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr)
-    except SGLangUnavailable as exc:
+        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr,
+                         case_timeout=ns.case_timeout)
+    except (SGLangUnavailable, WorkerCrashed, DriverError, CaseTimedOut) as exc:
+        # SGLang could not run, or failed on a launch: no report to give, the reason is the output
         print(f"hisparse conform: {exc}", file=sys.stderr)
         return ERROR
     from engine.cli.reports import conform_text

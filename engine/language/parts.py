@@ -31,7 +31,8 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
-                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers"})
+                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers",
+                            "--case-timeout"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:

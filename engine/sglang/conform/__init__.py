@@ -19,10 +19,12 @@ class SGLangUnavailable(EngineError):
 
 
 def conform(policy, where: dict | None = None, sample: int | None = None, seed: int = 0,
-            workers: int | None = None, progress=None) -> dict:
-    """Run SGLang on the configs and compare; the JSON form of the report (see report.compare)."""
+            workers: int | None = None, progress=None, case_timeout: float | None = None) -> dict:
+    """Run SGLang on the configs and compare; the JSON form of the report (see report.compare).
+    case_timeout: seconds one launch may take (default runner.CASE_TIMEOUT); a launch that takes
+    longer stops the run with runner.CaseTimedOut."""
     from engine.sglang.conform.drivers import UnknownVersion, driver_for, installed_sglang
-    from engine.sglang.conform.runner import run_cases
+    from engine.sglang.conform.runner import CASE_TIMEOUT, run_cases
 
     version, reason = installed_sglang()
     if version is None:
@@ -44,7 +46,8 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
     # configs that differ only in inputs SGLang never sees (the model family of a non-DSA model)
     # are the same launch: each distinct launch runs once
     unique = list(dict.fromkeys(cases))
-    ran = dict(zip(unique, run_cases(driver, unique, workers=workers, progress=progress)))
+    ran = dict(zip(unique, run_cases(driver, unique, workers=workers, progress=progress,
+                                          case_timeout=case_timeout or CASE_TIMEOUT)))
     results = [ran[c] for c in cases]
     seconds = time.perf_counter() - start
     result = compare(policy, configs, cases, results, sampled=len(configs) < total)

@@ -11,6 +11,7 @@ import gc
 import multiprocessing
 import multiprocessing.connection
 import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -50,10 +51,26 @@ class DriverError(EngineError, RuntimeError):
         super().__init__(f"the driver failed on case {index} ({describe(case)}): {detail}")
 
 
+CASE_TIMEOUT = 120.0  # seconds one launch may take (one costs milliseconds; SGLang stuck is not a result)
+
+
+class CaseTimedOut(EngineError, RuntimeError):
+    """A case ran longer than the timeout: SGLang's code hung on it (the worker is stopped)."""
+
+    def __init__(self, index: int, case, seconds: float):
+        self.index, self.case, self.seconds = index, case, seconds
+        super().__init__(f"SGLang ran for more than {seconds:g} s on case {index} and was stopped "
+                         f"(--case-timeout): {describe(case)}")
+
+
+class _Alarm(BaseException):
+    """Raised in this process by the timer of an in-process run; never a driver's result."""
+
+
 def _run_one(driver, index, case):
     try:
         return True, driver.run_case(case)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Alarm):
         raise
     except BaseException as exc:  # sent back as text: the exception may not pickle
         tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
@@ -87,12 +104,15 @@ def launches_line(stream, total: int, label: str = "conform", clock=time.monoton
                     summary=True, clock=clock)
 
 
-def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "conform"):
+def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "conform",
+              case_timeout: float | None = CASE_TIMEOUT):
     """Results of `driver` on `cases`, in input order.
 
     driver: a driver module, an SGLang version ("0.5.23"), a module name, or None for the
     installed SGLang's driver. workers: forked processes (0: run in this process). progress: a
-    text stream for the progress line, or None."""
+    text stream for the progress line, or None. case_timeout: seconds one case may run before the
+    run stops with CaseTimedOut (None: no limit; in this process only on the main thread, where
+    a timer signal can interrupt it)."""
     driver = resolve(driver)
     cases = list(cases)
     bar = launches_line(progress, len(cases), label) if progress is not None else None
@@ -101,20 +121,38 @@ def run_cases(driver, cases, workers: int = 1, progress=None, *, label: str = "c
         if workers <= 0 or not cases:
             results = []
             for index, case in enumerate(cases):
-                ok, value = _run_one(driver, index, case)
+                ok, value = _run_timed(driver, index, case, case_timeout)
                 if not ok:
                     raise DriverError(index, case, value)
                 results.append(value)
                 if bar:
                     bar(index + 1)
             return results
-        return _run_forked(driver, cases, min(workers, len(cases)), bar)
+        return _run_forked(driver, cases, min(workers, len(cases)), bar, case_timeout)
     finally:
         if bar:
             bar.close()
 
 
-def _run_forked(driver, cases, workers, bar):
+def _run_timed(driver, index, case, seconds):
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        return _run_one(driver, index, case)
+
+    def ring(signum, frame):
+        raise _Alarm()
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return _run_one(driver, index, case)
+    except _Alarm:
+        raise CaseTimedOut(index, case, seconds) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run_forked(driver, cases, workers, bar, case_timeout=None):
     ctx = multiprocessing.get_context("fork")
     # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
     # a worker's garbage collector never walks them, which would copy every page they live on
@@ -130,7 +168,7 @@ def _run_forked(driver, cases, workers, bar):
             proc = ctx.Process(target=_worker, args=(driver, cases, child_end), daemon=True)
             proc.start()
             child_end.close()
-            procs.append({"proc": proc, "conn": parent_end, "pending": deque()})
+            procs.append({"proc": proc, "conn": parent_end, "pending": deque(), "since": None})
         for _ in range(2):  # two chunks in flight per worker, so it never waits for the next one
             for state in procs:
                 _send_next(state, todo)
@@ -141,8 +179,20 @@ def _run_forked(driver, cases, workers, bar):
             else:  # more workers than chunks
                 _stop(state)
         while live:
+            now = time.monotonic()
+            for state in live:  # the clock of a worker's current case starts when it is handed one
+                if state["pending"] and state["since"] is None:
+                    state["since"] = now
+            wait = None
+            if case_timeout:
+                late = max(((now - s["since"], s) for s in live if s["pending"]), key=lambda x: x[0],
+                           default=(0.0, None))
+                if late[0] > case_timeout:  # its case hung: stopping it is the finally's
+                    first = late[1]["pending"][0]
+                    raise CaseTimedOut(first, cases[first], case_timeout)
+                wait = case_timeout - late[0]
             ready = multiprocessing.connection.wait(
-                [s["conn"] for s in live] + [s["proc"].sentinel for s in live])
+                [s["conn"] for s in live] + [s["proc"].sentinel for s in live], wait)
             for state in list(live):
                 conn, proc = state["conn"], state["proc"]
                 if conn not in ready and proc.sentinel not in ready:
@@ -156,6 +206,7 @@ def _run_forked(driver, cases, workers, bar):
                         results[index] = value
                         done += 1
                         state["pending"].remove(index)
+                        state["since"] = None  # its next case starts now
                 except (EOFError, OSError):  # the worker's end closed: it died
                     gone = True
                 if bar:
