@@ -122,7 +122,7 @@ def test_oversized_config_file(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("limit", ["", "0", "-5", "1e6", "²", "lots"])
 def test_a_bad_size_limit_setting_falls_back_to_the_default(monkeypatch, limit):
-    from engine.files.yaml_reader import DEFAULT_MAX_BYTES, max_file_bytes
+    from engine.files.reading import DEFAULT_MAX_BYTES, max_file_bytes
 
     monkeypatch.setenv("HISPARSE_MAX_FILE_BYTES", limit)
     assert max_file_bytes() == DEFAULT_MAX_BYTES

@@ -114,10 +114,12 @@ HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.language.parts", "data
 @pytest.mark.parametrize("argv", [
     ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache"],
     ["--dsa-prefill-backend", "tilelang", "--kv-cache-dtype", "fp8_e4m3"],  # a check at defaults fails
-    # a launch command with a model path (a JSON option's text or a --config file is parsed by
-    # the file reader, which imports PyYAML)
+    # a launch command with a model path
     ["--", "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3.2", "--enable-hisparse",
      "--kv-cache-dtype", "fp8_e4m3"],
+    # a JSON option's text is read by the JSON reader, which needs neither PyYAML nor dataclasses
+    ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache",
+     "--hisparse-config", '{"top_k": 2048, "device_buffer_size": 4096}'],
 ])
 def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
     """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no

@@ -30,7 +30,9 @@ import engine
 from engine.cli import batch, commands as cli
 from engine.policy import loader
 from engine.analysis.lint import lint
-from engine.files.yaml_reader import ReadError, decode_utf8, parse_json, parse_yaml
+from engine.files.json_reader import parse_json
+from engine.files.reading import ReadError, decode_utf8
+from engine.files.yaml_reader import parse_yaml
 from tests.helpers import ROOT
 from kernels_bridge import ValidationError, quantize_kv_fp8, reference, run_backend
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from engine.errors import ConfigError, PolicyError, Problem
 from engine.language.schema import schema_problems
 from engine.suggest import did_you_mean
-from engine.files.yaml_reader import ReadError, load_document
+from engine.files.load import load_document
+from engine.files.reading import ReadError
 
 _TEST_FILE = re.compile(r"^v(\d+)\.ya?ml$")
 

@@ -68,7 +68,8 @@ def batch_line(policy, base, said, line, number: int):
                                         f"{exc.start + 1})")])
     if not line.strip():
         return bad([Problem("C505", "empty line (one JSON object per line)")])
-    from engine.files.yaml_reader import ReadError, parse_json
+    from engine.files.json_reader import parse_json
+    from engine.files.reading import ReadError
 
     try:  # the reader's limits: depth, size, NaN, 64-bit integers, duplicate keys
         obj = parse_json(line.rstrip("\r\n"), f"line {number}").data

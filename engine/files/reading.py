@@ -1,6 +1,6 @@
 """Reading files safely: regular files only, bounded size, UTF-8 text, and whether the file
-changed while it was read. Apart from the YAML reader (yaml_reader.py, which imports PyYAML and
-re-exports these) so that a load served from the compiled cache imports neither."""
+changed while it was read. Apart from the readers (yaml_reader.py imports PyYAML) so that a load
+served from the compiled cache imports neither."""
 from __future__ import annotations
 
 import codecs

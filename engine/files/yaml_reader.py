@@ -18,28 +18,22 @@ JSON files (configs, --batch lines) get the same limits.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
-from dataclasses import dataclass, field
 
 import yaml
 from yaml import events as ev
 
 from engine.errors import EngineError, Problem
+from engine.files.document import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS, Document
 from engine.values import INT_MAX, INT_MIN, clip, shown, typed
-from engine.files.reading import (DEFAULT_MAX_BYTES, ReadError, decode_utf8, file_signature, max_file_bytes,  # noqa: F401
-                      read_bytes, read_snapshot)  # (re-exported: callers read files through this module)
+from engine.files.reading import ReadError
 
 try:  # libyaml's parser is several times faster; both produce the same events and marks
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _Loader
 
-MAX_DEPTH = 64
-MAX_NODES = 50_000
-MAX_NUMBER_CHARS = 64
 
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
@@ -55,34 +49,6 @@ _NOT_ALLOWED = ("only plain data (strings, numbers, booleans, null, lists, mappi
 _resolver = yaml.resolver.Resolver()
 _constructor = yaml.constructor.SafeConstructor()
 
-Path = tuple  # a path into the data: keys and list indices
-
-
-@dataclass
-class Document:
-    """Parsed file: plain `data`, where each node sits, and the identity of the bytes."""
-
-    data: object
-    file: str  # display name used in messages
-    sha256: str
-    positions: dict = field(default_factory=dict)  # path -> (line, col) of the value
-    key_positions: dict = field(default_factory=dict)  # path -> (line, col) of the mapping key
-
-    def pos(self, path: Path, key: bool = False) -> tuple[int, int]:
-        """Position of `path`, or of its nearest ancestor that has one (1-based)."""
-        table = self.key_positions if key else self.positions
-        path = tuple(path)
-        while path:
-            if path in table:
-                return table[path]
-            if key and path in self.positions:
-                return self.positions[path]
-            path = path[:-1]
-        return self.positions.get((), (1, 1))
-
-    def problem(self, code: str, message: str, path: Path = (), key: bool = False, hint: str = "") -> Problem:
-        line, col = self.pos(path, key)
-        return Problem(code, message, self.file, line, col, hint)
 
 
 # -- YAML ------------------------------------------------------------------------------------------
@@ -330,171 +296,3 @@ def _check_number(value, text: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise _Refused("E112", f"{clip(text, 40)} is not a finite number (NaN and infinities are not "
                                "allowed)")
-
-
-# -- JSON ------------------------------------------------------------------------------------------
-class _JSONRefused(EngineError):
-    def __init__(self, code: str, message: str, locate=None):
-        super().__init__(message)
-        self.code, self.message, self.locate = code, message, locate
-
-
-def _json_object(items):
-    out = {}
-    for k, v in items:
-        if k in out:
-            raise _JSONRefused("E105", f"duplicate key {shown(k)}", ("key", k))
-        out[k] = v
-    return out
-
-
-def _json_int(text: str) -> int:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise _JSONRefused("E112", f"an integer written with {len(text)} digits; numbers are limited to "
-                                   f"{MAX_NUMBER_CHARS} characters", ("token", text))
-    value = int(text)
-    if not INT_MIN <= value <= INT_MAX:
-        raise _JSONRefused("E112", f"integer {text} does not fit in 64 bits", ("token", text))
-    return value
-
-
-def _json_float(text: str) -> float:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise _JSONRefused("E112", f"a number written with {len(text)} characters; numbers are limited "
-                                   f"to {MAX_NUMBER_CHARS} characters", ("token", text))
-    value = float(text)
-    if not math.isfinite(value):
-        raise _JSONRefused("E112", f"{text} is not a finite number (it overflows)", ("token", text))
-    return value
-
-
-def _json_constant(name: str):
-    raise _JSONRefused("E112", f"{name} is not JSON (NaN and infinities are not allowed)", ("token", name))
-
-
-def parse_json(text: str, display: str, sha256: str = "") -> Document:
-    """JSON with the YAML reader's limits: duplicate keys, NaN/Infinity, integers beyond 64 bits,
-    nesting deeper than MAX_DEPTH, more than MAX_NODES values and lone surrogates are refused.
-    Positions: the whole document, and the offending token of a refusal where it can be found."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    try:
-        data = json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int,
-                          parse_float=_json_float, parse_constant=_json_constant)
-    except json.JSONDecodeError as exc:
-        raise ReadError([Problem("E104", f"JSON syntax: {exc.msg}", display, exc.lineno, exc.colno)]) from None
-    except _JSONRefused as exc:
-        line, col = _json_locate(text, exc.locate)
-        raise ReadError([Problem(exc.code, exc.message, display, line, col)]) from None
-    except RecursionError:
-        line, col = _json_too_deep(text)
-        raise ReadError([Problem("E108", f"nesting deeper than {MAX_DEPTH} levels", display, line, col)]) from None
-    problem = _json_limits(data, text, display)
-    if problem:
-        raise ReadError([problem])
-    doc = Document(data, display, sha256)
-    doc.positions[()] = (1, 1)
-    if isinstance(data, dict):
-        _json_top_positions(text, doc)
-    return doc
-
-
-def _json_top_positions(text: str, doc: Document) -> None:
-    """Positions of the top-level keys and their values (a config file is one flat object), so
-    that a config problem points at its line and column in a JSON file too."""
-    depth = 0
-    for m in _JSON_TOKEN.finditer(text):
-        token = m.group()
-        if token in "[{":
-            depth += 1
-        elif token in "]}":
-            depth -= 1
-        elif depth == 1 and m.group("colon"):
-            key = json.loads(m.group("string"))
-            value_at = len(text) - len(text[m.end():].lstrip(" \t\r\n"))
-            doc.key_positions[(key,)] = _text_position(text, m.start())
-            doc.positions[(key,)] = _text_position(text, value_at)
-
-
-_JSON_TOKEN = re.compile(r'(?P<string>"[^"\\]*(?:\\.[^"\\]*)*")(?P<colon>\s*:)?|[\[\]{}]', re.S)
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|"
-                             r"(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _json_limits(data, text: str, display: str) -> Problem | None:
-    """The first limit the parsed data breaks (depth, nodes, lone surrogates), or None."""
-    nodes, surrogate = 0, False
-    todo = [(data, 1)]
-    while todo:
-        value, depth = todo.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            return Problem("E113", f"more than {MAX_NODES} values in the document", display)
-        if isinstance(value, dict):
-            if depth > MAX_DEPTH:
-                return Problem("E108", f"nesting deeper than {MAX_DEPTH} levels", display, *_json_too_deep(text))
-            for k, v in value.items():
-                surrogate = surrogate or bool(_SURROGATE.search(k))
-                todo.append((v, depth + 1))
-        elif isinstance(value, list):
-            if depth > MAX_DEPTH:
-                return Problem("E108", f"nesting deeper than {MAX_DEPTH} levels", display, *_json_too_deep(text))
-            todo.extend((v, depth + 1) for v in value)
-        elif isinstance(value, str):
-            surrogate = surrogate or bool(_SURROGATE.search(value))
-    if surrogate:  # "\ud800" parses, but it is no character: it cannot even be printed
-        m = _LONE_SURROGATE.search(text)
-        line, col = _text_position(text, m.start()) if m else (0, 0)
-        return Problem("E103", "not Unicode text: a lone surrogate escape "
-                               f"{m.group() if m else ''}".rstrip(), display, line, col)
-    return None
-
-
-def _blank_strings(text: str) -> str:
-    """`text` with the inside of every JSON string blanked (same length): tokens found in it are
-    tokens of the document, never text inside a string."""
-    return _JSON_STRING.sub(lambda m: '"' + " " * (len(m.group()) - 2) + '"', text)
-
-
-def _json_locate(text: str, what) -> tuple[int, int]:
-    """(line, col) of a refused token or duplicate key; (0, 0) when it cannot be told."""
-    if not what:
-        return (0, 0)
-    kind, value = what
-    if kind == "key":  # a duplicate: its position only when the key occurs exactly twice as a key
-        spelled = re.compile(re.escape(json.dumps(value, ensure_ascii=False)) + r"\s*:")
-        hits = [m.start() for m in spelled.finditer(text)]
-        return _text_position(text, hits[1]) if len(hits) == 2 else (0, 0)
-    m = re.search(r"(?<![\w.+-])" + re.escape(value) + r"(?![\w.])", _blank_strings(text))
-    return _text_position(text, m.start()) if m else (0, 0)
-
-
-def _json_too_deep(text: str) -> tuple[int, int]:
-    depth = 0
-    for m in re.finditer(r"[\[\]{}]", _blank_strings(text)):
-        depth += 1 if m.group() in "[{" else -1
-        if depth > MAX_DEPTH:
-            return _text_position(text, m.start())
-    return (1, 1)
-
-
-def _text_position(text: str, index: int) -> tuple[int, int]:
-    before = text[:index]
-    return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
-
-
-# -- files -----------------------------------------------------------------------------------------
-def load_document(path: str, display: str | None = None, max_bytes: int | None = None,
-                  regular_only: bool = True) -> Document:
-    """Read, decode and parse one file (JSON by its .json suffix, YAML otherwise)."""
-    display = display or path
-    if max_bytes is None:
-        max_bytes = max_file_bytes()
-    data = read_bytes(path, display, max_bytes, regular_only)
-    digest = hashlib.sha256(data).hexdigest()
-    text = decode_utf8(data, display)
-    if path.endswith(".json"):
-        return parse_json(text, display, digest)
-    return parse_yaml(text, display, digest)

@@ -11,7 +11,9 @@ from engine.errors import PolicyError, Problem
 from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
-from engine.files.yaml_reader import Document, ReadError, decode_utf8, parse_yaml
+from engine.files.document import Document
+from engine.files.reading import ReadError, decode_utf8
+from engine.files.yaml_reader import parse_yaml
 from engine.language.schema import schema_problems
 from engine.values import kind, shown, typed
 

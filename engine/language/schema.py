@@ -9,7 +9,7 @@ import re
 from engine.errors import Problem
 from engine.values import shown
 from engine.suggest import did_you_mean
-from engine.files.yaml_reader import Document
+from engine.files.document import Document
 
 _validators: dict = {}
 

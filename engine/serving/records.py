@@ -108,7 +108,8 @@ def read_records(path: str, max_records: int = MAX_RECORDS):
     tampered record is a C505 problem of its own line; more than `max_records` records stop the
     replay with C505."""
     from engine.files.streams import RUNAWAY, TOO_LONG, numbered_lines, open_stream
-    from engine.files.yaml_reader import ReadError, max_file_bytes, parse_json
+    from engine.files.json_reader import parse_json
+    from engine.files.reading import ReadError, max_file_bytes
 
     limit = max_file_bytes()
     stream = open_stream("the record file", path)

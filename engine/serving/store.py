@@ -43,7 +43,7 @@ from engine.files.shipped import policy_root
 from engine.policy.policy import Policy
 from engine.suggest import did_you_mean
 from engine.values import shown
-from engine.files.yaml_reader import ReadError, file_signature, max_file_bytes, read_snapshot
+from engine.files.reading import ReadError, file_signature, max_file_bytes, read_snapshot
 
 __all__ = ["PolicyStore", "Refresh"]
 

@@ -8,10 +8,11 @@ from engine.values import kind
 
 
 def read_config_file(path: str):
-    """The parsed file (a yaml_reader.Document); raises ConfigError (file:line:col) when
+    """The parsed file (a files.document.Document); raises ConfigError (file:line:col) when
     unreadable or not a mapping. A pipe is read too (`--config <(...)`, /dev/stdin): the operator
     named it."""
-    from engine.files.yaml_reader import ReadError, load_document
+    from engine.files.load import load_document
+    from engine.files.reading import ReadError
 
     try:
         doc = load_document(path, regular_only=False)

@@ -169,7 +169,8 @@ def _names(policy) -> list[str]:
 def _json_object(key, value, file):
     obj = value
     if isinstance(value, str):
-        from engine.files.yaml_reader import ReadError, parse_json
+        from engine.files.json_reader import parse_json
+        from engine.files.reading import ReadError
 
         try:  # the reader's limits: 64-bit integers, finite floats, depth, size
             obj = parse_json(value, key).data

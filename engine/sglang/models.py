@@ -70,7 +70,8 @@ def identify(model_path: str) -> Model:
 
 
 def _from_config(path: str) -> Model:
-    from engine.files.yaml_reader import ReadError, load_document
+    from engine.files.load import load_document
+    from engine.files.reading import ReadError
 
     def bad(message: str) -> ConfigError:
         return ConfigError([Problem("C504", f"model config: {message}", path,
