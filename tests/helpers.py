@@ -53,3 +53,30 @@ def python_files(*folders, root: str = ROOT):
             for name in sorted(files):
                 if name.endswith(".py"):
                     yield os.path.join(folder, name)
+
+
+def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
+    """The lint's instrumented evaluator counts the rule hits the interpreter's traces show, on every
+    `every`-th config of the domain, and decides as the interpreter does."""
+    from engine.language import interpreter as interpret
+
+    n = len(policy.rule_list)
+    held, chosen, want_held, want_chosen = [0] * n, [0] * n, [0] * n, [0] * n
+    index = {r.name: i for i, r in enumerate(policy.rule_list)}
+    sample = [config for k, config in enumerate(policy.domain()) if not k % every]
+    got = []
+    policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
+    assert len(got) == len(sample)
+    for config, (values, sources, log, viol) in zip(sample, got):
+        trace = interpret.Trace()
+        ref_d = interpret.run(policy, config, config, trace)
+        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol)) == ref_d.outcome(), config
+        assert dict(zip(policy.phase_names, sources)) == ref_d.sources, config
+        for step in trace.steps:
+            if step.rule is not None and step.holds and step.rule.stage != "defaults":
+                want_held[index[step.rule.name]] += 1
+            if step.chosen:
+                want_chosen[index[step.rule.name]] += 1
+        for rule in trace.default_matches:
+            want_held[index[rule.name]] += 1
+    assert held == want_held and chosen == want_chosen

@@ -7,11 +7,10 @@ import json
 import pytest
 
 import engine
-from engine.language import interpreter as interpret
 from engine.analysis import policytest
 from engine.analysis.lint import lint
 from engine.language.rules import Upstream
-from tests.helpers import load_text, run_cli, write_policy
+from tests.helpers import assert_probe_counts_like_traces, load_text, run_cli, write_policy
 
 
 def at(text: str, marker: str, token: str | None = None) -> tuple[int, int]:
@@ -40,30 +39,6 @@ def assert_evaluators_agree(policy) -> int:
         n += 1
     assert n == policy.domain_size()
     return n
-
-
-def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
-    """The lint's instrumented evaluator counts the rule hits the interpreter's traces show."""
-    n = len(policy.rule_list)
-    held, chosen, want_held, want_chosen = [0] * n, [0] * n, [0] * n, [0] * n
-    index = {r.name: i for i, r in enumerate(policy.rule_list)}
-    sample = [config for k, config in enumerate(policy.domain()) if not k % every]
-    got = []
-    policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
-    assert len(got) == len(sample)
-    for config, (values, sources, log, viol) in zip(sample, got):
-        trace = interpret.Trace()
-        ref_d = interpret.run(policy, config, config, trace)
-        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol)) == ref_d.outcome(), config
-        assert dict(zip(policy.phase_names, sources)) == ref_d.sources, config
-        for step in trace.steps:
-            if step.rule is not None and step.holds and step.rule.stage != "defaults":
-                want_held[index[step.rule.name]] += 1
-            if step.chosen:
-                want_chosen[index[step.rule.name]] += 1
-        for rule in trace.default_matches:
-            want_held[index[rule.name]] += 1
-    assert held == want_held and chosen == want_chosen
 
 
 # -- 1. checks at defaults --------------------------------------------------------------------------
