@@ -39,7 +39,7 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
     if looks_like_path(ref):
         return load_file(os.path.expanduser(ref), ref)
     if is_release_ref(ref):
-        path, display = releases.resolve(ref, policy_root(policy_dir))
+        path, display = releases.resolve(ref, version_paths(policy_root(policy_dir)), load_file)
     else:
         path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
@@ -121,6 +121,15 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
         if versions:
             out[name] = versions
     return out
+
+
+def version_paths(root: str):
+    """(FAMILY@N, path, display) of every version file under a policy folder."""
+    for family, versions in list_families(root).items():
+        files = version_files(os.path.join(root, family))
+        for number in versions:
+            for name in files[number]:
+                yield f"{family}@{number}", os.path.join(root, family, name), os.path.join(display_dir(root), family, name)
 
 
 def display_dir(root: str) -> str:
