@@ -12,12 +12,14 @@ What runs, per case, all of it the installed release's code:
 1. the parser of `ServerArgs.add_cli_args` (built once, `prog="sglang serve"` as `prepare_server_args`),
    on `case.argv + ["--model-path", DIR]`; an argparse error is caught at `parser.error` (its text);
 2. `ServerArgs.from_cli_args(namespace)` with `__post_init__` skipped: `__post_init__` downloads, probes
-   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps one
-   effect, the one `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None
-   and sets `_quantization_explicitly_unset` (else False);
+   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps the
+   effects `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None and
+   sets `_quantization_explicitly_unset` (else False); and from 0.5.14, whose non-DSA DeepSeek
+   branch reads `cuda_graph_config.prefill.backend`, the release's own `_parse_cuda_graph_config()`
+   (flags to a CudaGraphConfig; it reads no device);
 3. `sa._handle_model_specific_adjustments()`: the DSA dtype resolution and backend defaults
-   (`_set_default_nsa_kv_cache_dtype`, `_set_default_nsa_backends`);
-4. the HiSparse check: a per-release callable (see `sglang_0511` and `sglang_0512`).
+   (`_set_default_{nsa,dsa}_kv_cache_dtype`, `_set_default_{nsa,dsa}_backends`);
+4. the HiSparse check: a per-release callable (see `sglang_0511`, `sglang_0512`, `sglang_0513`).
 
 Platform facts are patched for the duration of a case, where they are looked up:
 - `torch.cuda.get_device_capability` -> `case.capability`, `torch.cuda.is_available` -> True,
@@ -443,6 +445,8 @@ class Driver:
                     sa = ServerArgs.from_cli_args(namespace)
                 finally:
                     ServerArgs.__post_init__ = post_init
+                if callable(getattr(sa, "_parse_cuda_graph_config", None)):
+                    sa._parse_cuda_graph_config()
                 sa._quantization_explicitly_unset = sa.quantization == "unquant"
                 if sa.quantization == "unquant":
                     sa.quantization = None
