@@ -36,8 +36,9 @@ SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD).
 Import-time preparation (`load`), for a CPU machine without the release's GPU stack (the
 environment: `tools/sglang-env.sh`; triton there is the real package: `srt/utils/common.py` imports
 it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import):
-- `torchvision`: inert modules (only `srt/utils/common.py`'s `decode_jpeg` import needs it); the
-  PyPI torchvision wheels link CUDA libraries a CPU torch lacks;
+- `torchvision`: the inert stub all drivers share (`torchvision_stub.py`; only
+  `srt/utils/common.py`'s `decode_jpeg` import needs it); the PyPI torchvision wheels link CUDA
+  libraries a CPU torch lacks;
 - `transformers.AutoImageProcessor`: without torchvision transformers 5.6.0 gives a placeholder that
   raises on `.register`, which `srt/configs/*` call at import to register image processors; a stand-in
   whose `register` does nothing (no routing code reads image processors);
@@ -50,10 +51,7 @@ import argparse
 import atexit
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -61,7 +59,6 @@ import shutil
 import sys
 import tempfile
 import traceback
-import types
 import warnings
 
 from engine.sglang.conform.protocol import Case, Result
@@ -104,54 +101,6 @@ class ParserError(SystemExit):
 
 
 # -- import-time stand-ins -----------------------------------------------------------------------
-class _Inert:
-    """Any attribute, call or subscript of it is another inert value."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __call__(self, *args, **kwargs):
-        return _Inert(self._name + "()")
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self._name}.{name}")
-
-    def __getitem__(self, key):
-        return self
-
-    def __repr__(self) -> str:
-        return f"<inert {self._name}>"
-
-
-class _InertModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self.__name__}.{name}")
-
-
-class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers every import of `root` and its submodules with an inert module."""
-
-    def __init__(self, root: str):
-        self.root = root
-
-    def find_spec(self, name, path=None, target=None):
-        if name == self.root or name.startswith(self.root + "."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _InertModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
 class _NoImageProcessors:
     """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
 
@@ -161,14 +110,12 @@ class _NoImageProcessors:
 
 
 def _install_stand_ins() -> None:
-    # transformers decides torchvision is absent before the inert finder exists; importing
+    # transformers decides torchvision is absent before the shared stub exists; importing
     # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
     import transformers.processing_utils  # noqa: F401
-    from transformers.utils import import_utils
+    from engine.sglang.conform import torchvision_stub
 
-    if not import_utils.is_torchvision_available():
-        if importlib.util.find_spec("torchvision") is None:
-            sys.meta_path.insert(0, _InertFinder("torchvision"))
+    if torchvision_stub.install():
         sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
 
 
