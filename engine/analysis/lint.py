@@ -8,6 +8,8 @@ L403 self-contradiction a default backend that the policy's own checks reject, a
                         (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
+L406 deprecated-notice  a deprecated flag whose notice does not name it (upstream's notices name
+                        the spelling typed; one that names another flag was copied from it)
 
 A rule's `accepts: {CODE: why}` marks a rule-anchored finding (L401-L403) as upstream's own
 behaviour: it is not reported.
@@ -19,12 +21,12 @@ from engine.language.conditions import Cond
 from engine.analysis.domain import MAX_CONFIGS  # beyond it the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
-from engine.values import show as _show
+from engine.values import show as _show, shown as _shown
 
 
 def lint(policy) -> tuple[list[Problem], list[str]]:
     """(problems, notes). Notes say what was not analysed and why."""
-    problems = _empty_allowed(policy) + _unused_inputs(policy)
+    problems = _empty_allowed(policy) + _unused_inputs(policy) + _deprecated_notices(policy)
     notes = []
     size = policy.domain_size()
     if size > MAX_CONFIGS:
@@ -102,6 +104,16 @@ def _unused_inputs(policy) -> list[Problem]:
         if spec.phase is None and name not in read:
             out.append(_problem(policy, "L405", f"input '{name}' is declared but no rule, table or template "
                                 "reads it", spec.path, key=True))
+    return out
+
+
+def _deprecated_notices(policy) -> list[Problem]:
+    out = []
+    for spec in policy.inputs.values():
+        for flag, text in spec.deprecated.items():
+            if flag not in text:
+                out.append(_problem(policy, "L406", f"the notice of deprecated flag {flag} does not name it: "
+                                    f"{_shown(text)}", spec.path + ("deprecated_flags", flag, "log")))
     return out
 
 

@@ -183,10 +183,11 @@ class Builder:
                                       dict(spec.get("removed_flags") or {}))
 
     def _deprecated(self, spec: dict, path: tuple) -> dict:
-        """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
+        """Deprecated flag -> its notice (plain text: the parser logs it before any value is
+        resolved, so it names no field)."""
         out = {}
-        for flag, text in (spec.get("deprecated_flags") or {}).items():
-            tpl = self.template(text, path + ("deprecated_flags", flag), {})
+        for flag, entry in (spec.get("deprecated_flags") or {}).items():
+            tpl = self.template(entry["log"], path + ("deprecated_flags", flag, "log"), {})
             if tpl is not None and not tpl.fields:  # a field was reported (E306): nothing to render
                 out[flag] = tpl.render({})
         return out

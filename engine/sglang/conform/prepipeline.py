@@ -1,5 +1,12 @@
-"""Driver for the SGLang releases before the resolution pipeline (0.5.11, 0.5.12): runs the release's
-own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+"""Driver for the SGLang releases before the resolution pipeline (0.5.11 to 0.5.14): runs the
+release's own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+
+The releases differ in names, which a driver module gives as `Names`: 0.5.11 to 0.5.12.post1 keep
+the backends in `nsa_prefill_backend` / `nsa_decode_backend` and route in
+`_set_default_nsa_kv_cache_dtype` / `_set_default_nsa_backends`; 0.5.13 to 0.5.14 renamed them
+`dsa_*` and log the `--nsa-*` aliases' deprecation notice (`print_deprecated_warning`,
+`srt/arg_groups/argparse_actions.py`). `load()` refuses a release whose ServerArgs lacks a field or
+method the names say (a rename), so a backend is never read back as a silent None.
 
 What runs, per case, all of it the installed release's code:
 1. the parser of `ServerArgs.add_cli_args` (built once, `prog="sglang serve"` as `prepare_server_args`),
@@ -59,9 +66,26 @@ import warnings
 from engine.sglang.conform.machine import PatchedHelpers
 from engine.sglang.conform.protocol import Case, Result
 
-# the routing functions whose logger.warning records are the routing log lines
-LOG_FUNCTIONS = frozenset({"_set_default_nsa_kv_cache_dtype", "_set_default_nsa_backends",
-                           "apply_hisparse_nsa_backend_defaults"})
+
+class Names:
+    """What a release calls the routing's parts: the ServerArgs fields holding the (prefill,
+    decode) backends, the ServerArgs methods that route (checked to exist at load), and the
+    functions whose WARNING records are the routing log lines."""
+
+    def __init__(self, fields: tuple, methods: tuple, log_functions: tuple):
+        self.fields = fields
+        self.methods = methods
+        self.log_functions = frozenset(methods + log_functions)
+
+
+# 0.5.11 to 0.5.12.post1
+NSA = Names(("nsa_prefill_backend", "nsa_decode_backend"),
+            ("_set_default_nsa_kv_cache_dtype", "_set_default_nsa_backends"),
+            ("apply_hisparse_nsa_backend_defaults",))
+# 0.5.13 to 0.5.14: the notice of a deprecated --nsa-* alias comes from the parser
+DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
+            ("_set_default_dsa_kv_cache_dtype", "_set_default_dsa_backends"),
+            ("apply_hisparse_dsa_backend_defaults", "print_deprecated_warning"))
 
 ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
 # DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
@@ -205,19 +229,20 @@ def model_config(architecture: str) -> dict:
 
 # -- log lines -----------------------------------------------------------------------------------
 class _Collect(logging.Handler):
-    def __init__(self):
+    def __init__(self, functions: frozenset):
         super().__init__(logging.DEBUG)
+        self.functions = functions
         self.lines: list = []
 
     def emit(self, record):
-        if record.levelno == logging.WARNING and record.funcName in LOG_FUNCTIONS:
+        if record.levelno == logging.WARNING and record.funcName in self.functions:
             self.lines.append(record.getMessage())
 
 
 @contextlib.contextmanager
-def _collect_logs():
+def _collect_logs(functions: frozenset):
     logger = logging.getLogger("sglang")
-    handler = _Collect()
+    handler = _Collect(functions)
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)  # the records still reach the handler; nothing prints
@@ -242,24 +267,28 @@ def where_raised(exc: BaseException, root: str) -> str | None:
 
 # -- the driver ----------------------------------------------------------------------------------
 class Driver:
-    """Runs Cases on one installed pre-pipeline SGLang release.
+    """Runs Cases on one installed pre-pipeline SGLang release, one of `versions`.
 
     `check_factory(server_args_module)` returns the release's HiSparse check, a callable on a
-    ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions."""
+    ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions;
+    `names` what the release calls the routing's fields and functions."""
 
-    def __init__(self, version: str, check_factory, lazy: tuple):
-        self.version = version
+    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA):
+        self.versions = (versions,) if isinstance(versions, str) else tuple(versions)
+        self.version = self.versions[0]  # the installed one, once imported
         self.check_factory = check_factory
         self.lazy = lazy
+        self.names = names
         self.ready = False
 
     def import_sglang(self):
         """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
         when another release (or none) is installed, and what the import raised."""
         installed = installed_version()
-        if installed != self.version:
-            raise RuntimeError(f"this driver runs SGLang {self.version}; the installed SGLang is "
-                               f"{installed or 'absent'}")
+        if installed not in self.versions:
+            raise RuntimeError(f"this driver runs SGLang {' or '.join(self.versions)}; the installed "
+                               f"SGLang is {installed or 'absent'}")
+        self.version = installed
         with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
             warnings.simplefilter("ignore")
             _install_stand_ins()
@@ -275,6 +304,10 @@ class Driver:
         if self.ready:
             return
         server_args = self.import_sglang()
+        missing = renamed(server_args.ServerArgs, self.names)
+        if missing:
+            raise RuntimeError(f"SGLang {self.version}'s ServerArgs has no {', '.join(missing)}: renamed in "
+                               "this release; this driver cannot read its routing")
         self.sa_module = server_args
         self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
         parser = argparse.ArgumentParser(prog="sglang serve")
@@ -304,8 +337,9 @@ class Driver:
 
         def result(ok, exc=None) -> Result:
             sa = state["sa"]
-            kv = getattr(sa, "kv_cache_dtype", None)
-            backends = (getattr(sa, "nsa_prefill_backend", None), getattr(sa, "nsa_decode_backend", None))
+            kv = None if sa is None else sa.kv_cache_dtype
+            # fields checked at load: a rename is an error there, never a None here
+            backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
             return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
                           backends=backends, log=tuple(lines), stage=state["stage"],
                           where=None if exc is None else where_raised(exc, self.root),
@@ -313,7 +347,7 @@ class Driver:
                               exc, ParserError) else type(exc).__name__,
                           extra={"sglang": self.version})
 
-        with _collect_logs() as lines:
+        with _collect_logs(self.names.log_functions) as lines:
             try:
                 namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
                 state["stage"] = "resolve"
@@ -335,6 +369,16 @@ class Driver:
                 return result(True)
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
                 return result(False, exc)
+
+
+def renamed(server_args_class, names: Names) -> list[str]:
+    """The fields and methods `names` says that the ServerArgs class lacks ("field x", "method y")."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(server_args_class)} if dataclasses.is_dataclass(
+        server_args_class) else set(getattr(server_args_class, "__annotations__", {}))
+    return ([f"field {f}" for f in names.fields if f not in fields]
+            + [f"method {m}" for m in names.methods if not callable(getattr(server_args_class, m, None))])
 
 
 def installed_version() -> str | None:
