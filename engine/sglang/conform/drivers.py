@@ -23,6 +23,11 @@ DRIVERS: dict[str, str] = {
     "0.5.13": "engine.sglang.conform.sglang_0513",
     "0.5.13.post1": "engine.sglang.conform.sglang_0513",
     "0.5.14": "engine.sglang.conform.sglang_0513",
+    "0.5.15": "engine.sglang.conform.transitional",
+    "0.5.15.post1": "engine.sglang.conform.transitional",
+    "0.5.16": "engine.sglang.conform.transitional",
+    "0.5.17": "engine.sglang.conform.transitional",
+    "0.5.18": "engine.sglang.conform.transitional",
     "0.5.23": "engine.sglang.conform.sglang_0523",
 }
 
