@@ -18,7 +18,7 @@ from engine.cli.output import OutputError, SafeStream, silence
 from engine.progress import Progress
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
-from engine.values import clip, shown
+from engine.values import clip, one_line, shown
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def cmd_check(argv) -> int:
     notes: list = []
     results = check_paths(ns.paths, ns.deep, notes)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {one_line(note)}", file=sys.stderr)
     problems = [p for _, probs in results for p in probs]
     if ns.format == "json":
         emit_json({"ok": not problems, "files": [
@@ -315,16 +315,16 @@ def main(argv=None) -> int:
     sys.stdout = SafeStream(raw_out, "stdout", strict=True)
     sys.stderr = SafeStream(raw_err, "stderr", strict=False)
     try:
-        code = _dispatch(argv)
-        sys.stdout.flush()
+        try:
+            code = _dispatch(argv)
+        except SystemExit as exc:  # argparse after printing --help (its output is flushed below)
+            code = exc.code if isinstance(exc.code, int) else (OK if exc.code is None else ERROR)
+        sys.stdout.flush()  # the last of the output: a full disk here is still an error
         return code
     except OutputError as exc:
         print(f"hisparse: {exc}", file=sys.stderr)
         silence(raw_out)
         return ERROR
-    except BrokenPipeError:  # e.g. piped into head: the reader left, not an error of ours
-        silence(raw_out)
-        return OK
     finally:
         sys.stdout, sys.stderr = raw_out, raw_err
 
@@ -351,7 +351,7 @@ def _dispatch(argv) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return ERROR
-    except (OutputError, BrokenPipeError):
+    except OutputError:
         raise
     except KeyboardInterrupt:
         return 130
