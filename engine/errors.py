@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from engine.values import one_line
+
 # code -> (slug, what it means). The error-code table of docs/cli.md is generated from this mapping and
 # a test keeps the two in step.
 CODES: dict[str, tuple[str, str]] = {
@@ -77,14 +79,15 @@ class Problem(namedtuple("Problem", "code message file line col hint", defaults=
     def where(self) -> str:
         if not self.file:
             return ""
+        file = one_line(self.file)  # a file name may hold a line break: one problem, one line
         if self.line:
-            return f"{self.file}:{self.line}:{self.col}"
-        return self.file
+            return f"{file}:{self.line}:{self.col}"
+        return file
 
     def __str__(self) -> str:
-        text = f"{self.code}: {self.message}"
+        text = f"{self.code}: {one_line(self.message)}"
         if self.hint:
-            text += f" ({self.hint})"
+            text += f" ({one_line(self.hint)})"
         where = self.where()
         return f"{where}: {text}" if where else text
 

@@ -10,7 +10,7 @@ import sys
 from engine.errors import EngineError, HisparseError, Problem
 from engine.files.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
-from engine.values import INT_MAX, INT_MIN, clip, escape_json, parse_int, shown
+from engine.values import INT_MAX, INT_MIN, clip, escape_json, one_line, parse_int, shown
 
 OK, VIOLATION, ERROR = 0, 1, 2
 
@@ -178,7 +178,7 @@ def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> li
 
         more, notes = launch_layers(policy, launch)
         for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {one_line(note)}", file=sys.stderr)
         layers += more
     if config_file is not None:
         from engine.sglang.config_files import config_layer
@@ -195,7 +195,7 @@ def combined(policy, layers, said=()):
     g = combine(policy, layers)
     for note in g.notes:
         if note not in said:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {one_line(note)}", file=sys.stderr)
     return g
 
 
