@@ -237,6 +237,7 @@ class Builder:
                          hint=did_you_mean(key, scope))
             return None
         rows: dict = {}
+        keyed: dict = {}  # value -> the row key text that gave it
         ok = True
         for text, row in raw["rows"].items():
             rpath = path + ("rows", text)
@@ -244,9 +245,17 @@ class Builder:
             if value is _BAD:
                 ok = False
                 hint = did_you_mean(text, spec.values) if spec.type == "enum" else ""
-                self.problem("E302", f"row '{text}' is not a value of '{key}' "
-                             f"({spec.describe_domain()})", rpath, key=True, hint=hint)
+                alike = _integer_spelling(text) if spec.type == "int" else None
+                if alike is not None:  # '010', ' 10', '1_0', fullwidth or Arabic-Indic digits
+                    twin = f", the same as row '{keyed[alike]}'" if alike in keyed else ""
+                    self.problem("E302", f"row '{text}' is not an integer written in ASCII digits "
+                                 f"without sign, blanks, underscores or leading zeros{twin}", rpath, key=True,
+                                 hint=f"write {alike}")
+                else:
+                    self.problem("E302", f"row '{text}' is not a value of '{key}' "
+                                 f"({spec.describe_domain()})", rpath, key=True, hint=hint)
                 continue
+            keyed[value] = text
             rows[value] = self._row(row, rpath, in_phase)
         otherwise = None
         if "otherwise" in raw:
@@ -465,9 +474,24 @@ def _typed_key(text: str, spec: InputSpec):
         return text if text in spec.values else _BAD
     if spec.type == "bool":
         return {"true": True, "false": False}.get(text, _BAD)
-    try:
-        value = int(text)
-    except ValueError:
+    if not _CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
         return _BAD
+    value = int(text)
     return value if spec.accepts(value) else _BAD
+
+
+# an integer row key: ASCII digits, no leading zero, an optional minus (re's \d would take any
+# Unicode digit, and int() also takes blanks, '+', '_' and leading zeros: '010' and '１０' both 10)
+_CANONICAL_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+
+
+def _integer_spelling(text: str) -> int | None:
+    """The integer another spelling of a row key means to int() ('010', ' 10', '1_0', '１０'), or
+    None when it is no integer at all."""
+    if len(text) > 64:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
