@@ -52,5 +52,5 @@ def test_canonical_keys_still_load_and_negative_numbers_too(tmp_path):
     refused = policy.evaluate({"sm_major": 10, "decode_backend": "flashmla_sparse"})
     assert [v.check for v in refused.violations] == ["sm-table"]  # row '10' was read as 10
     with pytest.raises(PolicyError) as info:  # '-0' is 0 spelt another way; -9 is no value of sm_major
-        engine.load_policy(write_policy(tmp_path, policy_text("'9'", "'-0'"), "other/v1.yaml"))
+        engine.load_policy(write_policy(tmp_path / "other", policy_text("'9'", "'-0'"), "mini/v1.yaml"))
     assert "not an integer written in ASCII digits" in info.value.problems[0].message

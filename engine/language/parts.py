@@ -482,7 +482,7 @@ def _typed_key(text: str, spec: InputSpec):
 
 # an integer row key: ASCII digits, no leading zero, an optional minus (re's \d would take any
 # Unicode digit, and int() also takes blanks, '+', '_' and leading zeros: '010' and '１０' both 10)
-_CANONICAL_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,18}")
 
 
 def _integer_spelling(text: str) -> int | None:
