@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import ROOT, main, minimal_text, write_policy
 
+OLD, NEW = "nsa-backends@1", "nsa-backends@2"  # two versions that differ (the family is being renamed)
+
 FAILING_CASES = """
 cases:
   - name: a wrong expectation
@@ -50,13 +52,13 @@ def _cases(f):
         ("explain rejected", ["explain", *rejected], 1),
         ("check invalid policy", ["check", f["bad"]], 2),
         ("check ok", ["check", "--no-deep"], 0),
-        ("diff different", ["diff", "nsa-backends@1", "nsa-backends@2"], 1),
-        ("diff markdown", ["diff", "nsa-backends@1", "nsa-backends@2", "--format", "markdown"], 1),
-        ("diff equivalent", ["diff", "nsa-backends@2", "nsa-backends@2"], 0),
+        ("diff different", ["diff", OLD, NEW], 1),
+        ("diff markdown", ["diff", OLD, NEW, "--format", "markdown"], 1),
+        ("diff equivalent", ["diff", NEW, NEW], 0),
         ("table", ["table", "--format", "json"], 0),
         ("test failing", ["test", f["tests"]], 1),
         ("test json failing", ["test", f["tests"], "--format", "json"], 1),
-        ("replay different", ["replay", f["records"], "--policy", "nsa-backends@1"], 1),
+        ("replay different", ["replay", f["records"], "--policy", OLD], 1),
         ("attend rejected", ["attend", *rejected], 1),
         ("help", ["--help"], 0),
         ("command help", ["diff", "--help"], 0),
@@ -87,7 +89,7 @@ def test_every_command_keeps_its_verdict_when_the_reader_has_left(files):
 
 def test_a_reader_that_leaves_after_the_first_line_does_not_turn_a_difference_into_0():
     """`hisparse diff A B | head -1` exits 1 (a real reader, leaving part-way)."""
-    proc = subprocess.Popen([sys.executable, "-m", "kernels_bridge.cli", "diff", "nsa-backends@1", "nsa-backends@2"],
+    proc = subprocess.Popen([sys.executable, "-m", "kernels_bridge.cli", "diff", OLD, NEW],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     proc.stdout.close()
@@ -126,7 +128,7 @@ def test_main_returns_the_verdict_when_the_reader_leaves(monkeypatch, files, kee
     """The same through the Python entry point (main), the reader leaving at once or part-way."""
     for argv, verdict in ((["evaluate", "--enable-hisparse", "--kv-cache-dtype", "bfloat16",
                             "--dsa-decode-backend", "flashmla_kv"], 1),
-                          (["test", files["tests"]], 1), (["replay", files["records"], "--policy", "nsa-backends@1"], 1),
+                          (["test", files["tests"]], 1), (["replay", files["records"], "--policy", OLD], 1),
                           (["evaluate", "--batch", files["batch"]], 1),
                           (["evaluate"], 0)):
         monkeypatch.setattr(sys, "stdout", _Gone(keep))
