@@ -57,3 +57,10 @@ def _env(name: str, what: str) -> str | None:
         raise PolicyError([Problem("R602", f"{name} is set but empty: it must name a {what}",
                                    hint=f"unset {name} for the default")])
     return value
+
+
+def placement(file: str) -> tuple[str, str]:
+    """(folder name, file name) of where a policy file sits, as the identity check (E312) reads
+    them: the folder resolved against the current directory, so `v4.yaml` means another place
+    from another directory. The compiled-policy caches key on it, since the check's verdict does."""
+    return os.path.basename(os.path.dirname(os.path.abspath(file))), os.path.basename(file)

@@ -12,6 +12,7 @@ from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upst
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from engine.files.document import Document
+from engine.files.shipped import placement
 from engine.files.reading import ReadError, decode_utf8
 from engine.files.yaml_reader import parse_yaml
 from engine.language.schema import schema_problems
@@ -117,9 +118,8 @@ class Builder:
 
     def _placement(self):
         """A file named v<N>.yaml inside a folder must be version N of the family of that name."""
-        base = os.path.basename(self.doc.file)
+        parent, base = placement(self.doc.file)
         match = re.fullmatch(r"v(\d+)\.ya?ml", base)
-        parent = os.path.basename(os.path.dirname(os.path.abspath(self.doc.file)))
         if match and parent not in ("", "tests"):
             if int(match.group(1)) != self.parts.version:
                 self.problem("E312", f"version {self.parts.version} in a file named {base}", ("version",))
