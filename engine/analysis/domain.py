@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from engine.errors import ConfigError, Problem
-from engine.values import parse_int, shown
+from engine.values import parse_int, show, shown
 
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
 # the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
@@ -55,7 +55,12 @@ def parse_where(policy, items: list[str]) -> dict:
                                                    "64-bit integer")])
         else:
             value = text
-        fixed.update(policy.normalize({key: value}))
+        for name, value in policy.normalize({key: value}).items():
+            if name in fixed and fixed[name] != value:  # never a silent last-wins
+                raise ConfigError([Problem("C501", f"--where {name} is given twice ({show(fixed[name])}, "
+                                                   f"{show(value)}): one value per input",
+                                           hint="leave the input out to cover all its values")])
+            fixed[name] = value
     return fixed
 
 

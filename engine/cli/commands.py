@@ -12,8 +12,8 @@ import sys
 
 from engine.errors import HisparseError
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
-                                print_problems, split_launch)
+                                add_input_flags, add_policy_options, combined, count_arg, int_arg,
+                                layers_from_args, percent_arg, print_problems, split_launch)
 from engine.cli.output import OutputError, SafeStream, silence
 from engine.progress import Progress
 from engine.files.shipped import policy_ref
@@ -121,7 +121,7 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="compare only configs with this input value (repeatable)")
-    parser.add_argument("--max-patterns", type=int_arg, default=4, metavar="N",
+    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from engine.analysis.diff import diff
@@ -133,7 +133,7 @@ def cmd_diff(argv) -> int:
     if ns.format == "json":
         emit_json(result)
     else:
-        print(diff_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+        print(diff_text(result, markdown=ns.format == "markdown", max_patterns=ns.max_patterns))
     return OK if result["equivalent"] else VIOLATION
 
 
@@ -165,7 +165,8 @@ def cmd_test(argv) -> int:
                     description="Run policy test cases (<family>/tests/v<N>.yaml) and report rule coverage.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="test files or folders (default: the shipped policies)")
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
-    parser.add_argument("--min-coverage", type=float, metavar="PCT", help="fail when a policy's rule coverage is below PCT")
+    parser.add_argument("--min-coverage", type=percent_arg, metavar="PCT",
+                        help="fail when a policy's rule coverage is below PCT (0 to 100)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     ns = parser.parse_args(argv)
     from engine.analysis.policytest import report_json, run
@@ -192,7 +193,7 @@ def cmd_replay(argv) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     from engine.serving.records import MAX_RECORDS
 
-    parser.add_argument("--max-records", type=int_arg, default=MAX_RECORDS, metavar="N",
+    parser.add_argument("--max-records", type=count_arg, default=MAX_RECORDS, metavar="N",
                         help=f"stop with an error after N records (default {MAX_RECORDS:,}); each line is "
                              "at most HISPARSE_MAX_FILE_BYTES")
     ns = parser.parse_args(argv)
@@ -201,7 +202,7 @@ def cmd_replay(argv) -> int:
     from engine.cli.reports import replay_text
 
     result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
-                    max_records=max(ns.max_records, 0))
+                    max_records=ns.max_records)
     if ns.format == "json":
         emit_json(result)
     else:
@@ -221,15 +222,15 @@ def cmd_conform(argv) -> int:
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="run only configs with this input value (repeatable)")
-    parser.add_argument("--sample", type=int, metavar="N",
+    parser.add_argument("--sample", type=int_arg, metavar="N",
                         help="a stratified sample of N configs (every value of every input appears)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
-    parser.add_argument("--workers", type=int, metavar="N",
+    parser.add_argument("--seed", type=int_arg, default=0, metavar="S", help="the sample's seed (default 0)")
+    parser.add_argument("--workers", type=count_arg, metavar="N",
                         help="worker processes (default: the CPUs this process may use)")
     parser.add_argument("--case-timeout", type=float, metavar="SECONDS",
                         help="stop the run when SGLang takes longer than this on one launch (default 120)")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from engine.sglang.conform import SGLangUnavailable, conform
@@ -263,7 +264,7 @@ def cmd_conform(argv) -> int:
     if ns.format == "json":
         emit_json(result)
     else:
-        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=ns.max_patterns))
     return OK if result["conformant"] else VIOLATION
 
 
