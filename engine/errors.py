@@ -126,3 +126,19 @@ class PolicyError(HisparseError):
 
 class ConfigError(HisparseError, ValueError):
     """A config given to evaluate is invalid (unknown key or value, wrong type). CLI exit code 2."""
+
+
+class MissingDependency(EngineError, ImportError):
+    """A package a step needs is not installed (PyYAML to read a YAML file, jsonschema to check a
+    policy the compiled cache does not hold): the message says what to install. CLI exit code 2."""
+
+
+def import_required(module: str, package: str):
+    """`import module`, or MissingDependency naming the pip package to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(f"{package} is not installed ({exc}); install it with: "
+                                f"python -m pip install {package}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.errors import HisparseError
+from engine.errors import HisparseError, MissingDependency
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, count_arg, int_arg,
                                 layers_from_args, percent_arg, print_problems, split_launch)
@@ -351,6 +351,9 @@ def _dispatch(argv) -> int:
         return ERROR
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
+        return ERROR
+    except MissingDependency as exc:
+        print(f"hisparse: {exc}", file=sys.stderr)
         return ERROR
     except OutputError:
         raise

@@ -101,6 +101,8 @@ def open_checked(path: str, display: str, want: str, fifo: bool = False, code: s
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
+    except ValueError:  # a NUL in the path: no file can have that name
+        raise refuse("cannot read file: the path holds a NUL byte") from None
     except OSError as exc:
         try:  # a socket cannot be opened at all: say what it is
             mode = os.stat(path).st_mode

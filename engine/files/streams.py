@@ -124,6 +124,8 @@ def check_record_target(path: str) -> None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
+    except ValueError:
+        raise ConfigError([Problem("C504", "cannot open the record file: the path holds a NUL byte", path)]) from None
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
     if not stat.S_ISREG(mode):

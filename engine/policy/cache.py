@@ -94,7 +94,7 @@ def load(digest: str, display: str):
         # O_NONBLOCK: a FIFO planted at the entry's (predictable) path must not hang the open;
         # _trusted refuses it from the open descriptor
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in HISPARSE_CACHE_DIR
         return None
     try:
         st = os.fstat(fd)

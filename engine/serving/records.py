@@ -53,6 +53,8 @@ def append_records(path: str, decisions, inputs=None) -> int:
         # read and write: the last byte is read (is the last line whole?) through the same open file
         # O_NONBLOCK: a FIFO planted at the path never blocks the open; it is refused below
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except ValueError:
+        raise ConfigError([Problem("C504", "cannot open the record file: the path holds a NUL byte", path)]) from None
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
     mode = os.fstat(fd).st_mode
