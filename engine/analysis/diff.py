@@ -96,7 +96,7 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
     fixed = restrict(a, b, axes, where)
     sizes = [len(ax.values) for ax in axes]
     total = domain.size(sizes)
-    check_size(total, f"the union domain of {a.ref} and {b.ref}")
+    check_size(total, f"the union domain of {a.ref} and {b.ref}", len(a.rule_meta) + len(b.rule_meta))
     with domain.no_gc():
         ids_a, outcomes_a, kept_a = _side(a, axes, "a_name", set(b.written))
         ids_b, outcomes_b, kept_b = _side(b, axes, "b_name", set(a.written))
