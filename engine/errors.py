@@ -51,7 +51,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C503": ("wrong-type", "a config value of the wrong type"),
     "C504": ("bad-config-file", "a config file that cannot be read or is not a mapping"),
     "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
-    "C506": ("domain-too-large", "a whole-domain operation over more configs than it enumerates (use --where)"),
+    "C506": ("domain-too-large", "a whole-domain operation over more configs or rule evaluations than it does (use --where)"),
     # the policy store (safe reload)
     "S801": ("policy-removed", "a policy file the store served was removed; the newest remaining good version is served"),
     "S802": ("internal-load-error", "loading a file failed unexpectedly (a bug); the last good version is kept"),

@@ -120,7 +120,7 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
-                        help="compare only configs with this input value (repeatable)")
+                        help="compare only configs with this input value (repeatable, one value per input)")
     parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
@@ -143,7 +143,7 @@ def cmd_table(argv) -> int:
                                 "phase for every combination of the other inputs.")
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
-                        help="fix an input (repeatable), e.g. --where dsa_model=true")
+                        help="fix an input (repeatable, one value per input), e.g. --where dsa_model=true")
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
