@@ -197,7 +197,7 @@ def test_at_belongs_to_checks_only(tmp_path):
 def test_at_defaults_checks_in_the_shipped_v4():
     """SGLang 0.5.23 raises inside its backend step (_check_dsa_backend_constraints) before it logs
     "Set DSA backends ..."; its HiSparse checks run after, with the line logged."""
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     assert [r.name for r in v4.stages["checks"].rules if r.at == "defaults"] == [
         "tilelang-fp8-hisparse", "triton-on-cuda", "tilelang-fp8-both", "tilelang-fp8-sm89"]
     for d in (v4.evaluate({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"}),
@@ -216,7 +216,7 @@ version: 1
 description: What a version models.
 upstream:
   project: sglang
-  version: 1.2.3
+  releases: [1.2.3, 1.2.3.post1]
   note: >-
     Two   lines
     of note.
@@ -244,19 +244,23 @@ NO_UPSTREAM = UPSTREAM[:UPSTREAM.index("upstream:")] + UPSTREAM[UPSTREAM.index("
 
 def test_upstream_is_read(tmp_path):
     policy = load_text(tmp_path, UPSTREAM)
-    assert policy.upstream == Upstream("sglang", "1.2.3", None, None, "Two lines of note.", (
+    assert policy.upstream == Upstream("sglang", ("1.2.3", "1.2.3.post1"), None, None, "Two lines of note.", (
         ("srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "a generic gate"), ("srt/other.py", "all of it"),
         ("groups/x.py:f", "x")))
-    assert policy.upstream.label() == "sglang 1.2.3"
+    assert policy.upstream.label() == "sglang 1.2.3, 1.2.3.post1"
+    # exact release strings: a .post release is modelled only when listed
+    assert policy.upstream.models("1.2.3.post1") and not policy.upstream.models("1.2")
+    assert not policy.upstream.models("1.2.3.post2")
     assert load_text(tmp_path, NO_UPSTREAM, "other.yaml").upstream is None
-    assert engine.load_policy("nsa-backends@4").upstream.label() == "sglang 0.5.23"
+    assert engine.load_policy("dsa-backends@10").upstream.label() == "sglang 0.5.22, 0.5.23"
 
 
 @pytest.mark.parametrize("fields, label", [
-    ({"version": "0.5.23"}, "sglang 0.5.23"),
+    ({"releases": ("0.5.23",)}, "sglang 0.5.23"),
+    ({"releases": ("0.5.22", "0.5.23")}, "sglang 0.5.22, 0.5.23"),
     ({"commit": "0123456789abcdef0123"}, "sglang 0123456789ab"),
     ({"pr": 23013, "commit": "1f2e3d4"}, "sglang PR #23013 (1f2e3d4)"),
-    ({"version": "0.5.23", "commit": "abcdef0"}, "sglang 0.5.23 (abcdef0)"),
+    ({"releases": ("0.5.23",), "commit": "abcdef0"}, "sglang 0.5.23 (abcdef0)"),
     ({"pr": 7}, "sglang PR #7"),
 ])
 def test_upstream_label(fields, label):
@@ -286,7 +290,7 @@ def test_conform_counts_a_left_out_place_as_out_of_scope():
     from engine.sglang.conform import cases, report
     from engine.sglang.conform.protocol import Result
 
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     c = v4.complete({"dsa_model": False, "kv_cache_dtype": "mxfp8"})
     assert v4.evaluate(c).ok
 
@@ -305,12 +309,12 @@ def test_conform_counts_a_left_out_place_as_out_of_scope():
 def test_table_names_what_the_policy_models(tmp_path, capsys):
     path = write_policy(tmp_path, UPSTREAM)
     code, out, _ = run_cli(capsys, "table", "--policy", path)
-    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3"
+    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3, 1.2.3.post1"
     code, out, _ = run_cli(capsys, "table", "--policy", path, "--format", "markdown")
-    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3:"
+    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3, 1.2.3.post1:"
     code, out, _ = run_cli(capsys, "table", "--policy", path, "--format", "json")
     assert code == 0 and json.loads(out)["upstream"] == {
-        "project": "sglang", "version": "1.2.3", "note": "Two lines of note.",
+        "project": "sglang", "releases": ["1.2.3", "1.2.3.post1"], "note": "Two lines of note.",
         "leaves_out": [{"where": "srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "why": "a generic gate"},
                        {"where": "srt/other.py", "why": "all of it"}, {"where": "groups/x.py:f", "why": "x"}]}
     other = write_policy(tmp_path, NO_UPSTREAM, "other.yaml")
@@ -324,34 +328,39 @@ def test_explain_names_what_the_policy_models_first(tmp_path, capsys):
     policy = load_text(tmp_path, UPSTREAM)
     code, out, _ = run_cli(capsys, "explain", "--policy", policy.file)
     assert code == 0
-    assert out.splitlines()[0] == f"Policy up@1 ({policy.file}, sha256:{policy.sha256[:12]}), models sglang 1.2.3"
+    assert out.splitlines()[0] == f"Policy up@1 ({policy.file}, sha256:{policy.sha256[:12]}), models sglang 1.2.3, 1.2.3.post1"
     other = load_text(tmp_path, NO_UPSTREAM, "other.yaml")
     code, out, _ = run_cli(capsys, "explain", "--policy", other.file)
     assert out.splitlines()[0] == f"Policy up@1 ({other.file}, sha256:{other.sha256[:12]})"
 
 
-def test_upstream_needs_version_commit_or_pr(tmp_path):
-    text = UPSTREAM.replace("  version: 1.2.3\n", "")
+def test_upstream_needs_releases_commit_or_pr(tmp_path):
+    text = UPSTREAM.replace("  releases: [1.2.3, 1.2.3.post1]\n", "")
     (p,) = problems_of(tmp_path, text)
-    assert p.code == "E201" and p.message == "upstream needs one of version, commit or pr: what it models"
+    assert p.code == "E201" and p.message == "upstream needs one of releases, commit or pr: what it models"
     assert (p.line, p.col) == at(text, "upstream:")
     for replacement in ("  commit: 1f2e3d4\n", "  pr: 23013\n"):
-        assert load_text(tmp_path, UPSTREAM.replace("  version: 1.2.3\n", replacement)).upstream.label()
+        assert load_text(tmp_path, UPSTREAM.replace("  releases: [1.2.3, 1.2.3.post1]\n", replacement)).upstream.label()
 
 
 @pytest.mark.parametrize("line, bad, what", [
     ("    - where: srt/other.py\n", "    - where: srt/other.py:f:g\n", "leaves_out.1.where"),
     ("    - where: srt/other.py\n", "    - where: srt/other file.py\n", "leaves_out.1.where"),
     ("    - where: srt/other.py\n", "    - where: srt/other.py:1f\n", "leaves_out.1.where"),
-    ("  version: 1.2.3\n", "  version: latest\n", "upstream.version"),
-    ("  version: 1.2.3\n", "  commit: 1F2E3D4\n", "upstream.commit"),
-    ("  version: 1.2.3\n", "  pr: 0\n", "upstream.pr"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [latest]\n", "upstream.releases.0"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [0.5.15+]\n", "upstream.releases.0"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [1.2.3, 1.2.3]\n", "upstream.releases"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: []\n", "upstream.releases"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  commit: 1F2E3D4\n", "upstream.commit"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  pr: 0\n", "upstream.pr"),
     ("      why: all of it\n", "      why: ''\n", "leaves_out.1.why"),
 ])
 def test_bad_upstream_fields_are_schema_errors_at_their_place(tmp_path, line, bad, what):
     text = UPSTREAM.replace(line, bad)
     (p,) = problems_of(tmp_path, text)
     value = bad.split(":", 1)[1].strip()
+    if what.endswith(".0"):  # an item of a list: the item itself is pointed at
+        value = value.strip("[]").split(",")[0]
     assert p.code == "E201" and what in p.message
     assert (p.line, p.col) == at(text, bad.rstrip("\n"), value)
 
@@ -368,7 +377,7 @@ REMOVED = """
 policy: gone
 version: 1
 description: Spellings the upstream parser no longer accepts.
-upstream: {project: sglang, version: 1.2.3, note: n}
+upstream: {project: sglang, releases: [1.2.3], note: n}
 inputs:
   size: {type: int, values: [1, 2], default: 1, flags: [--size], removed_flags: {--old-size: use --size}}
 backends: {a: A, b: B}
@@ -416,7 +425,7 @@ def test_a_removed_spelling_is_c501_naming_its_replacement(gone, config, flag, n
 
 
 def test_without_upstream_the_message_names_the_policy(tmp_path):
-    text = REMOVED.replace("upstream: {project: sglang, version: 1.2.3, note: n}\n", "")
+    text = REMOVED.replace("upstream: {project: sglang, releases: [1.2.3], note: n}\n", "")
     with pytest.raises(engine.ConfigError, match=r"--old-size was removed \(gone@1 no longer accepts it\)"):
         load_text(tmp_path, text).evaluate({"old-size": 1})
 
@@ -609,7 +618,7 @@ def test_lint_is_clean_where_nothing_contradicts(tmp_path):
 
 
 def test_the_shipped_v4_phase_subset():
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     assert "triton_sparse_mla" in v4.inputs["dsa_prefill_backend"].values
     assert "triton_sparse_mla" not in v4.inputs["dsa_decode_backend"].values
     assert set(v4.inputs["dsa_decode_backend"].values) == set(v4.backends) - {"triton_sparse_mla"}

@@ -13,7 +13,7 @@ from tests.helpers import run_cli
 
 @pytest.mark.parametrize("argv", [
     ["table", "--where", "platform=cuda", "--where", "platform=hip"],
-    ["diff", "nsa-backends", "nsa-backends", "--where", "sm_major=9", "--where", "sm_major=10"],
+    ["diff", DEFAULT_POLICY, DEFAULT_POLICY, "--where", "sm_major=9", "--where", "sm_major=10"],
     ["conform", "--where", "platform=cuda", "--where", "platform=hip", "--sample", "1000"],
     ["table", "--where", "kv_cache_dtype=fp8_e4m3", "--where", "kv-cache-dtype=bfloat16"],
 ])
@@ -33,14 +33,14 @@ def test_where_repeating_the_same_value_is_the_same_slice(capsys):
 
 
 @pytest.mark.parametrize("argv", [
-    ["evaluate", "--policy", "nsa-backends@3", "--policy", "nsa-backends@4"],
+    ["evaluate", "--policy", f"{DEFAULT_POLICY}@1", "--policy", f"{DEFAULT_POLICY}@2"],
     ["evaluate", "--kv-cache-dtype", "fp8_e4m3", "--kv-cache-dtype=bfloat16"],
     ["evaluate", "--dsa-model", "--no-dsa-model"],
     ["evaluate", "--format", "json", "--format", "text"],
     ["evaluate", "--config", "a.yaml", "--config", "b.yaml"],
     ["explain", "--sm-major", "9", "--sm-major", "10"],
     ["table", "--format", "json", "--format=markdown"],
-    ["diff", "nsa-backends", "nsa-backends", "--max-patterns", "2", "--max-patterns", "3"],
+    ["diff", DEFAULT_POLICY, DEFAULT_POLICY, "--max-patterns", "2", "--max-patterns", "3"],
     ["test", "--min-coverage", "10", "--min-coverage", "90"],
     ["check", "--format", "json", "--format", "text"],
     ["replay", "r.jsonl", "--max-records", "1", "--max-records", "2"],
@@ -65,7 +65,7 @@ def test_an_option_repeated_with_the_same_value_is_fine(capsys):
     (["test", "--min-coverage", "-1"], "invalid percentage"),
     (["test", "--min-coverage", "inf"], "invalid percentage"),
     (["test", "--min-coverage", "1e999"], "invalid percentage"),
-    (["diff", "nsa-backends", "nsa-backends", "--max-patterns", "0"], "invalid count: '0'"),
+    (["diff", DEFAULT_POLICY, DEFAULT_POLICY, "--max-patterns", "0"], "invalid count: '0'"),
     (["replay", "r.jsonl", "--max-records", "-1"], "invalid count"),
     (["conform", "--workers", "0"], "invalid count"),
     (["conform", "--case-timeout", "nan", "--sample", "1000"], "--case-timeout nan"),
@@ -81,7 +81,7 @@ def test_the_coverage_gate_holds_at_its_bounds(capsys):
     assert run_cli(capsys, "test", "--min-coverage", "0")[0] == 0
 
 
-@pytest.mark.parametrize("argv", [["table"], ["evaluate"], ["test"], ["diff", "nsa-backends", "nsa-backends"],
+@pytest.mark.parametrize("argv", [["table"], ["evaluate"], ["test"], ["diff", DEFAULT_POLICY, DEFAULT_POLICY],
                                   ["replay", "r.jsonl"]])
 def test_a_missing_policy_folder_is_said_to_be_missing(capsys, tmp_path, monkeypatch, argv):
     missing = str(tmp_path / "nope")
@@ -96,6 +96,6 @@ def test_a_missing_policy_folder_is_said_to_be_missing(capsys, tmp_path, monkeyp
     code, _, err = run_cli(capsys, *argv, "--policy-dir", str(a_file))
     assert code == 2 and "is a file, not a folder" in err
     with pytest.raises(PolicyError, match="does not exist"):
-        engine.load_policy("nsa-backends", missing)
+        engine.load_policy(DEFAULT_POLICY, missing)
     with pytest.raises(PolicyError, match="does not exist"):
         engine.PolicyStore(missing)

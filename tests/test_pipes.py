@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
+from engine.files.shipped import DEFAULT_POLICY
 from tests.helpers import ROOT, main, minimal_text, write_policy
 
-OLD, NEW = "nsa-backends@1", "nsa-backends@2"  # two versions that differ (the family is being renamed)
+OLD, NEW = f"{DEFAULT_POLICY}@1", f"{DEFAULT_POLICY}@2"  # two versions that differ
 
 FAILING_CASES = """
 cases:

@@ -43,7 +43,7 @@ def specials(tmp_path):
 
 STREAM_INPUTS = [["evaluate", "--config", "{}"], ["explain", "--config", "{}"], ["evaluate", "--batch", "{}"],
                  ["replay", "{}"], ["evaluate", "--", "python", "-m", "sglang.launch_server", "--config", "{}"]]
-FILE_INPUTS = [["evaluate", "--policy", "{}"], ["check", "{}"], ["test", "{}"], ["diff", "{}", "nsa-backends"],
+FILE_INPUTS = [["evaluate", "--policy", "{}"], ["check", "{}"], ["test", "{}"], ["diff", "{}", DEFAULT_POLICY],
                ["evaluate", "--record", "{}"]]
 
 

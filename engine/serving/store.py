@@ -126,11 +126,11 @@ class PolicyStore:
     `clock`: the monotonic seconds the settle window is measured in (tests pass their own).
     """
 
-    def __init__(self, policy_dir: str | None = None, family: str = "nsa-backends", *,
+    def __init__(self, policy_dir: str | None = None, family: str = "dsa-backends", *,
                  poll_interval: float | None = None, settle: float = DEFAULT_SETTLE, clock=time.monotonic):
         if not isinstance(family, str) or not _FAMILY.fullmatch(family):
             raise PolicyError([Problem("R602", f"bad policy family {shown(family)}: expected a name such as "
-                                       "nsa-backends")])
+                                       "dsa-backends")])
         self.settle = _seconds(settle, "settle", positive=False)
         if poll_interval is not None:
             poll_interval = _seconds(poll_interval, "poll_interval", positive=True)
