@@ -17,7 +17,7 @@ from collections import OrderedDict
 import engine.policy.cache as cache
 import engine.policy.releases as releases
 from engine.errors import PolicyError, Problem
-from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.files.shipped import default_policy_dir, placement, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
 from engine.policy.releases import is_release_ref
 from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
@@ -26,7 +26,7 @@ from engine.values import clip, kind, parse_int, shown
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
 VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
 _CACHE_SIZE = 64
-_cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
+_cache: OrderedDict = OrderedDict()  # (sha256, display, placement) -> Policy
 _lock = _thread.allocate_lock()  # (the threading module is not needed here)
 
 
@@ -153,7 +153,7 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     from memory or the on-disk cache when the same bytes were compiled before. Raises
     PolicyError."""
     digest = sha256(data).hexdigest()
-    key = (digest, display)
+    key = (digest, display, placement(display))  # what the checks read (cache.py's key alike)
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
