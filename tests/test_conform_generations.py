@@ -257,7 +257,7 @@ def test_driver_refuses_an_unknown_platform():
 
 
 @pytest.mark.parametrize("args,text", [((), "usage: "), (("0.5.9", "DIR"), "no recipe for SGLang 0.5.9"),
-                                       (("0.5.23", "DIR"), "make install")])
+                                       (("0.5.23", "DIR"), "make conform-env")])
 def test_env_script_refuses_bad_usage(tmp_path, args, text):
     import subprocess
 

@@ -25,7 +25,7 @@ starlette==1.10.0"
 case $VERSION in
   0.5.11) MODULE=sglang_0511 ;;
   0.5.12) MODULE=sglang_0512; DEPS="$DEPS einops==0.8.2" ;;  # srt/layers/moe/moe_runner/deep_gemm.py
-  0.5.23) echo "$0: SGLang 0.5.23 is the project's own: \`make install\` puts it in .venv" >&2; exit 2 ;;
+  0.5.23) echo "$0: SGLang 0.5.23 is the project's own: \`make conform-env\` (or \`make test\`) puts it in .venv" >&2; exit 2 ;;
   *) echo "$0: no recipe for SGLang $VERSION (known: 0.5.11, 0.5.12)" >&2; exit 2 ;;
 esac
 command -v "$PYTHON" >/dev/null || { echo "$0: $PYTHON not found (set PYTHON=...)" >&2; exit 2; }
