@@ -72,13 +72,18 @@ def cmd_explain(argv) -> int:
                     description="Show every stage, rule and check the policy tried for a config, and why.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: the stages, rules and results as data, and the decision")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
-    from engine.cli.decision_text import explanation_text
+    from engine.cli.decision_text import explanation_json, explanation_text
 
-    print(explanation_text(decision, trace))
+    if ns.format == "json":
+        emit_json(explanation_json(decision, trace))
+    else:
+        print(explanation_text(decision, trace))
     return OK if decision.ok else VIOLATION
 
 
@@ -105,8 +110,7 @@ def cmd_check(argv) -> int:
         for p in problems:
             print(str(p))
         bad = sum(1 for _, probs in results if probs)
-        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)",
-              file=sys.stderr)
+        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)")
     return ERROR if problems or not results else OK
 
 
