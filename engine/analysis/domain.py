@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from engine.errors import ConfigError, Problem
-from engine.values import parse_int, shown
+from engine.values import parse_int, show, shown
 
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
 # the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
@@ -37,6 +37,12 @@ def parse_where(policy, items: list[str]) -> dict:
     for item in items or []:
         name, sep, text = item.partition("=")
         key = policy.canonical_key(name.strip())
+        if not sep and key is not None:  # a declared input without its value: no did-you-mean
+            values = list(policy.inputs[key].values)
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE, e.g. "
+                                               f"{name.strip()}={show(values[0]) if values else 'VALUE'}",
+                                       hint=f"values of {key}: {', '.join(show(v) for v in values)}"
+                                       if values else "")])
         if not sep or key is None:
             from engine.suggest import did_you_mean
 
