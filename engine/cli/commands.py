@@ -15,6 +15,7 @@ from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_j
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
                                 print_problems, split_launch)
 from engine.cli.output import OutputError, SafeStream, silence
+from engine.cli.policies import cmd_policies
 from engine.progress import Progress
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
@@ -280,6 +281,7 @@ COMMANDS = {
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "policies": (cmd_policies, "export the shipped policies and their test cases to a folder to edit"),
 }
 
 
