@@ -32,7 +32,8 @@ from tests.helpers import ROOT
 from tools import doc_blocks as generator
 from tools.doc_blocks import stale_blocks
 
-PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^conform: \d+/\d+ launches ")  # stderr, timing-dependent
+PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^(conform|building KV): \d+/\d+ (launches|rows) "
+                      r"|^conform: importing SGLang\.\.\. \d+")  # stderr, timing-dependent
 PAGES = generator.pages(ROOT)
 
 
