@@ -8,6 +8,7 @@ import pytest
 import engine
 from engine.cli.options import wrap_words
 from engine.cli.reports import TEXT_WIDTH
+from engine.files.shipped import DEFAULT_POLICY
 from engine.policy.loader import list_families
 from engine.suggest import did_you_mean
 from tests.helpers import run_cli
@@ -26,7 +27,7 @@ def test_wrap_breaks_between_words_and_values_only():
 @pytest.mark.parametrize("columns", ["60", "100"])
 def test_help_never_breaks_inside_a_value(capsys, monkeypatch, columns):
     monkeypatch.setenv("COLUMNS", columns)
-    policy = engine.load_policy("nsa-backends")
+    policy = engine.load_policy(DEFAULT_POLICY)
     with pytest.raises(SystemExit):
         run_cli(capsys, "evaluate", "--help")
     out = capsys.readouterr().out
@@ -51,7 +52,7 @@ def test_the_table_says_inputs_equal_in_every_row_once(capsys):
     from engine.analysis.table import routing_rows
     from engine.cli.reports import table_text
 
-    policy = engine.load_policy("nsa-backends")
+    policy = engine.load_policy(DEFAULT_POLICY)
     where = ["dsa_model=true", "enable_hisparse=true", "kv_cache_dtype=fp8_e4m3", "platform=cuda",
              "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]
     result = routing_rows(policy, parse_where(policy, where))

@@ -28,6 +28,7 @@ def test_waiting_says_so_at_once_and_closes_its_line():
 
 def test_conform_shows_the_import_of_sglang(monkeypatch):
     import engine
+    from engine.files.shipped import DEFAULT_POLICY
     from engine.sglang import conform as package
     from engine.sglang.conform import drivers
 
@@ -40,6 +41,6 @@ def test_conform_shows_the_import_of_sglang(monkeypatch):
 
     monkeypatch.setattr(drivers, "installed_sglang", installed)
     with pytest.raises(package.SGLangUnavailable):
-        package.conform(engine.load_policy("nsa-backends"), progress=stream)
+        package.conform(engine.load_policy(DEFAULT_POLICY), progress=stream)
     assert seen == ["conform: importing SGLang... 0s\n"]
     assert stream.getvalue().startswith(seen[0]) and stream.getvalue().count("\n") == 2

@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from engine.files.shipped import DEFAULT_POLICY
 from tests.helpers import run_cli
 from kernels_bridge.workload import _next_picks
 
@@ -14,7 +15,7 @@ SMALL = ["--requests", "2", "--context", "640", "--hisparse-top-k", "128", "--hi
 @pytest.mark.parametrize("dtype, backend, row_bytes", [("fp8_e4m3", "flashmla_kv", 656),
                                                        ("bfloat16", "flashmla_sparse", 1152)])
 def test_routes_and_runs(capsys, dtype, backend, row_bytes):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", "--kv-cache-dtype", dtype, *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", "--kv-cache-dtype", dtype, *SMALL)
     assert code == 0
     r = json.loads(out)
     assert r["decision"]["decode_backend"] == backend
@@ -31,21 +32,21 @@ def test_routes_and_runs(capsys, dtype, backend, row_bytes):
 def test_reproducible_with_a_seed(capsys):
     runs = []
     for _ in range(2):
-        code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", "--seed", "7", *SMALL)
+        code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", "--seed", "7", *SMALL)
         r = json.loads(out)
         runs.append((r["hot_buffer"], r["accuracy"]))
     assert runs[0] == runs[1]
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", "--seed", "8", *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", "--seed", "8", *SMALL)
     assert json.loads(out)["accuracy"] != runs[0][1]
 
 
 def test_a_pairing_the_policy_rejects_exits_1(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", "--kv-cache-dtype", "bfloat16",
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", "--kv-cache-dtype", "bfloat16",
                            "--nsa-decode-backend", "flashmla_kv", *SMALL)
     assert code == 1
-    assert out.startswith("REJECTED by nsa-backends@2: HiSparse with --kv-cache-dtype=bfloat16 requires "
+    assert out.startswith("REJECTED by dsa-backends@2: HiSparse with --kv-cache-dtype=bfloat16 requires "
                           "--nsa-decode-backend in ['flashmla_sparse'], but got flashmla_kv.")
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@1", "--kv-cache-dtype", "fp8_e4m3", *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@1", "--kv-cache-dtype", "fp8_e4m3", *SMALL)
     assert code == 1 and "HiSparse requires bfloat16 KV cache" in out
 
 
@@ -57,12 +58,12 @@ def test_a_pairing_the_policy_rejects_exits_1(capsys):
     (["--no-enable-hisparse", "--sm-major", "10", "--kv-cache-dtype", "fp8_e4m3"], "the policy chose 'trtllm'"),
 ])
 def test_bad_workloads_exit_2(capsys, args, text):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, *args)
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, *args)
     assert code == 2 and text in err and "Traceback" not in err
 
 
 def test_text_report(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL[:-2])
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL[:-2])
     assert code == 0
     assert "decode backend flashmla_sparse" in out and "hit rate" in out and "cosine min" in out
 
@@ -84,7 +85,7 @@ def test_one_set_of_knobs_with_sglangs_defaults(capsys):
     """top-k and buffer are the policy's --hisparse-config inputs (v3 declares them) or attend's
     own flags of the same names (v2 does not): defaults top-k 2048, buffer 2 x top-k."""
     tiny = ["--requests", "1", "--context", "2048", "--steps", "1", "--heads", "64", "--format", "json"]
-    for ref in ("nsa-backends@3", "nsa-backends@2"):
+    for ref in ("dsa-backends@8", "dsa-backends@2"):
         code, out, _ = run_cli(capsys, "attend", "--policy", ref, *tiny)
         assert code == 0
         w = json.loads(out)["workload"]
@@ -96,10 +97,10 @@ def test_one_set_of_knobs_with_sglangs_defaults(capsys):
 
 
 def test_the_policy_checks_the_workload_it_runs(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", *SMALL[:2],
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", *SMALL[:2],
                            "--hisparse-top-k", "512", "--hisparse-device-buffer-size", "256")
     assert code == 1
-    assert out.startswith("REJECTED by nsa-backends@3: device_buffer_size (256) must be no smaller than top_k (512)")
+    assert out.startswith("REJECTED by dsa-backends@8: device_buffer_size (256) must be no smaller than top_k (512)")
 
 
 def test_help_states_attends_own_defaults(capsys):
@@ -119,23 +120,25 @@ def test_help_states_attends_own_defaults(capsys):
     (["--requests", "100000000"], "--requests x --hisparse-top-k"),
 ])
 def test_a_workload_past_the_memory_limit_is_refused_before_allocating(capsys, args, flag):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1G", *args)
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "1G", *args)
     assert code == 2
     assert err.startswith(f"hisparse attend: {flag}: this workload needs ")
     assert "the limit is 1.0 GiB (--max-memory)" in err and "max_bytes" not in err
 
 
 def test_max_memory_is_checked_and_a_missing_device_named(capsys):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1MB")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "1MB")
     assert code == 2 and "the limit is 1.0 MiB" in err
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "lots")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "lots")
     assert code == 2 and "--max-memory 'lots'" in err
     if not torch.cuda.is_available():
-        code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "cuda:1")
+        code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--device", "cuda:1")
         assert code == 2 and "--device: cuda:1: CUDA is not available" in err
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "tpu")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--device", "tpu")
     assert code == 2 and "--device: 'tpu' is not a device name" in err
 
+
+BF16_ONLY = f"{DEFAULT_POLICY}@1"  # the first version: HiSparse on a BF16 cache only
 
 # every argument is checked before torch is imported: one process, each bad command line in turn
 BEFORE_TORCH = """
@@ -214,8 +217,8 @@ def test_compare_runs_one_workload_on_both_caches(capsys):
         assert len(row.split()) > len(label.split()) + 1  # a value in both columns
     assert header.index("bfloat16") == next(line for line in out.splitlines()
                                             if "flashmla_sparse" in line).index("flashmla_sparse")
-    code, out, _ = run_cli(capsys, "attend", "--compare", "--policy", "nsa-backends@1", *SMALL)
-    assert code == 1 and out.startswith("REJECTED by nsa-backends@1 with --kv-cache-dtype fp8_e4m3: ")
+    code, out, _ = run_cli(capsys, "attend", "--compare", "--policy", BF16_ONLY, *SMALL)
+    assert code == 1 and out.startswith(f"REJECTED by {BF16_ONLY} with --kv-cache-dtype fp8_e4m3: ")
 
 
 def test_the_workload_is_built_with_progress():
@@ -223,7 +226,7 @@ def test_the_workload_is_built_with_progress():
     from kernels_bridge.workload import Workload, run
 
     calls = []
-    decision = engine.evaluate("nsa-backends@2", {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
+    decision = engine.evaluate(f"{DEFAULT_POLICY}@2", {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
                                                   "disable_radix_cache": True})
     run(decision, Workload(2, 300, 64, 128, 256, 2), build_progress=lambda done, total: calls.append((done, total)))
     assert calls and calls[-1] == (2 * 302 * 2, 2 * 302 * 2)  # the BF16 rows, then their FP8 rows
