@@ -81,7 +81,7 @@ def cmd_attend(argv) -> int:
     for dtype in COMPARED if ns.compare else (None,):
         decision = policy.evaluate(config if dtype is None else _with(policy, config, "kv_cache_dtype", dtype))
         if not decision.ok:
-            print(f"REJECTED by {policy.ref}" + (f" with --kv-cache-dtype {dtype}" if dtype else "")
+            print(f"REJECTED by {policy.ref}" + (f" with --kv-cache-dtype={dtype}" if dtype else "")
                   + f": {decision.error}")
             return VIOLATION
         decisions[dtype or decision.config.get("kv_cache_dtype")] = decision

@@ -218,7 +218,7 @@ def test_compare_runs_one_workload_on_both_caches(capsys):
     assert header.index("bfloat16") == next(line for line in out.splitlines()
                                             if "flashmla_sparse" in line).index("flashmla_sparse")
     code, out, _ = run_cli(capsys, "attend", "--compare", "--policy", BF16_ONLY, *SMALL)
-    assert code == 1 and out.startswith(f"REJECTED by {BF16_ONLY} with --kv-cache-dtype fp8_e4m3: ")
+    assert code == 1 and out.startswith(f"REJECTED by {BF16_ONLY} with --kv-cache-dtype=fp8_e4m3: ")
 
 
 def test_the_workload_is_built_with_progress():
