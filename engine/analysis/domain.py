@@ -64,6 +64,12 @@ def parse_where(policy, items: list[str]) -> dict:
     for item in items or []:
         name, sep, text = item.partition("=")
         key = policy.canonical_key(name.strip())
+        if not sep and key is not None:  # a declared input without its value: no did-you-mean
+            values = list(policy.inputs[key].values)
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE, e.g. "
+                                               f"{name.strip()}={show(values[0]) if values else 'VALUE'}",
+                                       hint=f"values of {key}: {', '.join(show(v) for v in values)}"
+                                       if values else "")])
         if not sep or key is None:
             from engine.suggest import did_you_mean
 

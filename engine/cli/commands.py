@@ -15,6 +15,7 @@ from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_j
                                 add_input_flags, add_policy_options, combined, count_arg, int_arg,
                                 layers_from_args, percent_arg, print_problems, split_launch)
 from engine.cli.output import OutputError, SafeStream, silence
+from engine.cli.policies import cmd_policies
 from engine.progress import Progress
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
@@ -72,13 +73,18 @@ def cmd_explain(argv) -> int:
                     description="Show every stage, rule and check the policy tried for a config, and why.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: the stages, rules and results as data, and the decision")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
-    from engine.cli.decision_text import explanation_text
+    from engine.cli.decision_text import explanation_json, explanation_text
 
-    print(explanation_text(decision, trace))
+    if ns.format == "json":
+        emit_json(explanation_json(decision, trace))
+    else:
+        print(explanation_text(decision, trace))
     return OK if decision.ok else VIOLATION
 
 
@@ -105,8 +111,7 @@ def cmd_check(argv) -> int:
         for p in problems:
             print(str(p))
         bad = sum(1 for _, probs in results if probs)
-        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)",
-              file=sys.stderr)
+        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)")
     return ERROR if problems or not results else OK
 
 
@@ -277,6 +282,7 @@ COMMANDS = {
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "policies": (cmd_policies, "export the shipped policies and their test cases to a folder to edit"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Decisions and explanations as text an operator reads."""
+"""Decisions and explanations as text an operator reads (and the explanation as data, its JSON form)."""
 from __future__ import annotations
 
 from engine.language.decision import Decision
@@ -18,6 +18,7 @@ def decision_text(d: Decision) -> str:
         lines.append(f"REJECTED by {one_line(p.ref)}: {one_line(d.error)}")
     rules = {name: (line, stage) for name, line, stage in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
+    column = max([16] + [len(show(b)) for b in d.backends.values()])  # the reasons aligned, whatever the backend
     for ph, backend in d.backends.items():
         src = d.sources[ph]
         if src == "user":
@@ -27,7 +28,7 @@ def decision_text(d: Decision) -> str:
         else:
             line, stage = rules[src]
             why = f"{stage} rule {src} ({one_line(p.file)}:{line})"
-        lines.append(f"  {ph + ':':<{width}} {show(backend):<16} {why}")
+        lines.append(f"  {ph + ':':<{width}} {show(backend):<{column}} {why}")
     given = p.complete(p.normalize(d.input))
     for name, value in d.config.items():
         if p.inputs[name].phase is None and given[name] != value:
@@ -97,3 +98,36 @@ def explanation_text(d: Decision, trace) -> str:
     out.append("Result:")
     out.append(decision_text(d))
     return "\n".join(out)
+
+
+def explanation_json(d: Decision, trace) -> dict:
+    """The explanation as data (`hisparse explain --format json`): the policy and its file, the
+    config completed with the policy's defaults, each stage the evaluator ran (its condition and
+    every rule it tried, in order, with the result in the words of the text form), the rule
+    evaluation stopped at, and the decision as `evaluate --format json` gives it."""
+    p = d.policy
+    stages = []
+    for step in trace.steps:
+        if step.rule is None or not stages:
+            stages.append({"stage": step.stage, "applies": step.holds, "why": _why(step.why), "rules": []})
+            if step.rule is None:
+                continue
+        stages[-1]["rules"].append({
+            "rule": step.rule.name, "location": p.location(step.rule), "phase": step.phase,
+            "result": _result(stages[-1]["stage"], step), "why": _why(step.why), "outcome": step.outcome or None})
+    return {"policy": dict(p.identity(), file=p.file, upstream=p.upstream.label() if p.upstream else None),
+            "config": p.complete(p.normalize(d.input)), "stages": stages,
+            "stopped_by": trace.stopped_by.name if trace.stopped_by is not None else None,
+            "decision": d.to_dict()}
+
+
+def _why(tests) -> list:
+    return [{"test": words, "holds": ok} for ok, words in tests]
+
+
+def _result(stage: str, step) -> str:
+    if stage in ("checks", "checks_at_defaults"):
+        return "does not apply" if not step.holds else "violated" if step.violated else "passed"
+    if stage == "defaults":
+        return "chosen" if step.chosen else "skipped"
+    return "skipped" if not step.holds else "stop" if step.violated else "applied"

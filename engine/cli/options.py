@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from engine.errors import EngineError, HisparseError, Problem
@@ -19,9 +20,35 @@ class UsageError(EngineError):
     """Bad command-line usage (exit 2)."""
 
 
+def wrap_words(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` (a longer word alone on its line), broken only between
+    words and after the `|` of a value list (auto|fp8_e4m3|...): never inside a value or a flag."""
+    lines, line = [], ""
+    for word in text.split():
+        for i, part in enumerate(re.findall(r"[^|]+\|?|\|", word)):
+            sep = " " if i == 0 and line else ""
+            if line and len(line) + len(sep) + len(part) > width:
+                lines.append(line)
+                line = part
+            else:
+                line += sep + part
+    return lines + [line] if line else lines
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped by wrap_words (argparse's own wrapping breaks inside long words)."""
+
+    def _split_lines(self, text, width):
+        return wrap_words(text, width)
+
+    def _fill_text(self, text, width, indent):
+        return "\n".join(indent + line for line in wrap_words(text, width - len(indent)))
+
+
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
+        kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kw)
 
     def parse_args(self, args=None, namespace=None):

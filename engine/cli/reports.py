@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.analysis.outcomes import pattern_lines
 from engine.analysis.policytest import FileResult, coverage, what_covers
+from engine.cli.options import wrap_words
 from engine.values import one_line, show, shown
 
 
@@ -117,10 +118,71 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
         return "\n".join(lines)
-    widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    return _table_blocks(policy, result, axes, phases, title)
+
+
+TEXT_WIDTH = 100  # the plain table fits a terminal this wide
+_PHASE_COLUMN = 35  # widest phase value before it wraps (a backend name fits whole)
+
+
+def _table_blocks(policy, result: dict, axes: list, phases: list, title: str) -> str:
+    """The plain table as one block per row, fitting TEXT_WIDTH: the inputs the row holds for
+    (those equal in every row are said once, under the title), then each phase's default and
+    allowed backends in aligned columns, or the message it is rejected with."""
+    rows = result["rows"]
+    constant = [a for a in axes if len({_cell(r["when"].get(a)) for r in rows}) == 1] if len(rows) > 1 else []
+    lines = _fill(title.split(" "))
+    if constant:
+        lines += _fill(["in every row:"] + [part for a in constant
+                                            for part in _condition(rows[0]["when"].get(a), a, keep_any=True)])
+    cells = []
+    for r in rows:
+        if r["rejected"] is None:
+            cells.append({ph: (show(r["defaults"][ph]), _allowed_cell(
+                r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))) for ph in phases})
+    width = min(_PHASE_COLUMN, max([len("flashinfer_sparse_mla")] + [len(v) for c in cells for pair in c.values()
+                                                                   for v in pair]))
+    label = max(len(ph) for ph in phases) + 2
+    cells = iter(cells)
+    for r in rows:
+        lines.append("")
+        conditions = [part for a in axes if a not in constant for part in _condition(r["when"].get(a), a)]
+        lines += _fill(conditions or ["every config"])
+        if r["rejected"] is not None:
+            lines += _fill(["  rejected:"] + r["rejected"].split(), indent=" " * 12)
+            continue
+        c = next(cells)
+        for what, i in (("default", 0), ("allowed", 1)):
+            columns = [(f"{ph}:".ljust(label), wrap_words(c[ph][i], width)) for ph in phases]
+            for n in range(max(len(col) for _, col in columns)):
+                text = f"  {what if n == 0 else '':<9}"
+                for name, col in columns:
+                    text += (name if n == 0 else " " * label) + (col[n] if n < len(col) else "").ljust(width + 2)
+                lines.append(text.rstrip())
     return "\n".join(lines)
+
+
+def _condition(values, name: str, keep_any: bool = False) -> list[str]:
+    """The words of `name` holding `values` (a list; empty: any value), a value list breakable
+    between its values: `name=v`, or `name in [a,` `b]`."""
+    if not values:
+        return [f"{name} any"] if keep_any else []
+    if len(values) == 1:
+        return [f"{name}={show(values[0])}"]
+    shown_values = [show(v) for v in values]
+    return [f"{name} in [{shown_values[0]},"] + [f"{v}," for v in shown_values[1:-1]] + [f"{shown_values[-1]}]"]
+
+
+def _fill(words, indent: str = "    ") -> list[str]:
+    """`words` joined by spaces in lines of at most TEXT_WIDTH, continued after `indent`."""
+    lines, line = [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > TEXT_WIDTH:
+            lines.append(line)
+            line = indent + word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line] if line else lines
 
 
 # -- hisparse test ----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
                             "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers",
-                            "--case-timeout"})
+                            "--case-timeout", "--compare"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:

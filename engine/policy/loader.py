@@ -133,10 +133,17 @@ def version_paths(root: str):
 
 
 def display_dir(root: str) -> str:
-    # the shipped folder is shown as "policies", never as where it happens to be installed
-    if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
-        return "policies"
-    return root
+    """How messages name a policy folder: as given, except the shipped one, named where it really
+    is (relative to the working directory inside it, as `policies` in a checkout; else absolute,
+    as an installed copy), so a location in a message is a file that exists."""
+    shipped = os.path.abspath(shipped_policy_dir())
+    if os.path.abspath(root) != shipped:
+        return root
+    try:
+        relative = os.path.relpath(shipped)
+    except (OSError, ValueError):  # no working directory, or another drive
+        return shipped
+    return shipped if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
 
 
 def load_file(path: str, display: str | None = None) -> Policy:
