@@ -21,7 +21,8 @@ What runs, per case, all of it the installed release's code:
    (`_set_default_{nsa,dsa}_kv_cache_dtype`, `_set_default_{nsa,dsa}_backends`);
 4. the HiSparse check: a per-release callable (see `sglang_0511`, `sglang_0512`, `sglang_0513`).
 
-Platform facts are patched for the duration of a case, where they are looked up:
+Platform facts are patched for the duration of a case, where they are looked up
+(`machine.PatchedHelpers`):
 - `torch.cuda.get_device_capability` -> `case.capability`, `torch.cuda.is_available` -> True,
   `torch.cuda.get_device_name` -> a name for the platform and capability;
 - SGLang's helpers, in every loaded `sglang.*` module that holds them by name (`srt.server_args`,
@@ -61,6 +62,7 @@ import tempfile
 import traceback
 import warnings
 
+from engine.sglang.conform.machine import PatchedHelpers
 from engine.sglang.conform.protocol import Case, Result
 
 
@@ -174,94 +176,6 @@ def model_config(architecture: str) -> dict:
     return config
 
 
-# -- platform ------------------------------------------------------------------------------------
-def _device_name(platform: str, capability: tuple) -> str:
-    if platform == "hip":
-        return "AMD Instinct MI300X"
-    return {9: "NVIDIA H200", 10: "NVIDIA B200", 12: "NVIDIA RTX PRO 6000"}.get(capability[0], "NVIDIA GPU")
-
-
-def platform_facts(platform: str, capability: tuple) -> dict:
-    """helper name -> the function SGLang's helper is replaced with, for one case."""
-    major, minor = capability
-    cuda, hip = platform == "cuda", platform == "hip"
-    name = _device_name(platform, capability)
-
-    def const(value):
-        def fact(*args, **kwargs):
-            return value
-
-        fact.platform_fact = True  # how a module imported during a case is recognised
-        return fact
-
-    return {
-        "is_hip": const(hip), "is_cuda": const(cuda), "is_cuda_alike": const(cuda or hip),
-        "is_npu": const(False), "is_xpu": const(False), "is_hpu": const(False), "is_musa": const(False),
-        "is_mps": const(False), "is_cpu": const(False),
-        "is_sm90_supported": const(cuda and major == 9), "is_sm100_supported": const(cuda and major == 10),
-        "is_sm120_supported": const(cuda and major == 12),
-        "is_blackwell_supported": const(cuda and major in (10, 11, 12)),
-        "is_blackwell": const(cuda and major in (10, 11, 12)),
-        "is_hopper_with_cuda_12_3": const(cuda and major == 9),
-        "is_ampere_with_cuda_12_3": const(cuda and major == 8),
-        "get_device_sm": const(major * 10 + minor), "get_device_capability": const((major, minor)),
-        "get_device_name": const(name),
-    }
-
-
-class _Platform:
-    """Where each helper is looked up, found once after every module is loaded; set per case."""
-
-    def __init__(self):
-        import torch
-
-        common = vars(sys.modules["sglang.srt.utils.common"])
-        self.originals = {name: common[name] for name in platform_facts("cuda", (9, 0)) if name in common}
-        self.sites = []  # (module, attribute)
-        self.modules = len(sys.modules)
-        for module_name, module in list(sys.modules.items()):
-            if module_name.split(".")[0] == "sglang" and module is not None:
-                space = vars(module)
-                self.sites += [(module, n) for n, f in self.originals.items() if space.get(n) is f]
-        self.torch_cuda = torch.cuda
-
-    def _adopt_new_modules(self):
-        """A module first imported during a case bound the case's facts: give it the originals
-        and patch it like the others from now on."""
-        self.modules = len(sys.modules)
-        for module_name, module in list(sys.modules.items()):
-            if module_name.split(".")[0] != "sglang" or module is None:
-                continue
-            for name, original in self.originals.items():
-                if getattr(vars(module).get(name), "platform_fact", False):
-                    setattr(module, name, original)
-                    self.sites.append((module, name))
-
-    @contextlib.contextmanager
-    def case(self, platform: str, capability: tuple):
-        facts = platform_facts(platform, capability)
-        cuda = self.torch_cuda
-        torch_facts = {"get_device_capability": facts["get_device_capability"],
-                       "is_available": lambda: True, "get_device_name": facts["get_device_name"]}
-        saved = [(m, n, getattr(m, n)) for m, n in self.sites]
-        saved += [(cuda, n, getattr(cuda, n)) for n in torch_facts]
-        env = dict(os.environ)
-        try:
-            for module, name in self.sites:
-                setattr(module, name, facts[name])
-            for name, fn in torch_facts.items():
-                setattr(cuda, name, fn)
-            yield
-        finally:
-            for module, name, value in saved:
-                setattr(module, name, value)
-            if len(sys.modules) != self.modules:
-                self._adopt_new_modules()
-            if os.environ != env:
-                os.environ.clear()
-                os.environ.update(env)
-
-
 # -- log lines -----------------------------------------------------------------------------------
 class _Collect(logging.Handler):
     def __init__(self, functions: frozenset):
@@ -290,7 +204,7 @@ def _collect_logs(functions: frozenset):
         logger.propagate = saved[1]
 
 
-def _where(exc: BaseException, root: str) -> str | None:
+def where_raised(exc: BaseException, root: str) -> str | None:
     """The innermost frame inside the sglang package: "srt/file.py:LINE function"."""
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
@@ -357,7 +271,7 @@ class Driver:
         self.models = ModelDirs()
         for architecture in ARCHITECTURES:
             self.models.get(architecture)
-        self.platform = _Platform()
+        self.platform = PatchedHelpers()
         self.ready = True
 
     def run_case(self, case: Case) -> Result:
@@ -377,7 +291,7 @@ class Driver:
             backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
             return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
                           backends=backends, log=tuple(lines), stage=state["stage"],
-                          where=None if exc is None else _where(exc, self.root),
+                          where=None if exc is None else where_raised(exc, self.root),
                           error_type=None if exc is None else "SystemExit" if isinstance(
                               exc, ParserError) else type(exc).__name__,
                           extra={"sglang": self.version})
