@@ -144,7 +144,7 @@ def _domain_lint(policy) -> list[Problem]:
                 continue
             configs, again = itertools.tee(configs)
             for chunk in domain.results(policy, configs, held, chosen):
-                for (_, sources, _, viol), combo in zip(chunk, again):  # the chunk first: zip stops there
+                for (_, sources, _, viol, _), combo in zip(chunk, again):  # the chunk first: zip stops there
                     for index, phase, message in viol:
                         if phase is not None:
                             src = sources[phase_index[phase]]

@@ -59,7 +59,7 @@ def cmd_evaluate(argv) -> int:
     else:
         from engine.cli.decision_text import decision_text
 
-        print(decision_text(decision))
+        print(decision_text(decision, g.origins))
     return OK if decision.ok else VIOLATION
 
 
@@ -74,11 +74,11 @@ def cmd_explain(argv) -> int:
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
-    decision, trace = policy.trace(config)
+    g = combined(policy, layers_from_args(policy, ns, ns.config, launch))
+    decision, trace = policy.trace(g.config)
     from engine.cli.decision_text import explanation_text
 
-    print(explanation_text(decision, trace))
+    print(explanation_text(decision, trace, g.origins))
     return OK if decision.ok else VIOLATION
 
 

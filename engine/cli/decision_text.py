@@ -9,13 +9,22 @@ def config_line(policy, config: dict) -> str:
     return " ".join(f"{name}={show(config.get(name))}" for name in policy.input_names)
 
 
-def decision_text(d: Decision) -> str:
+def decision_text(d: Decision, origins: dict | None = None) -> str:
+    """`origins`: where each input came from (engine.sglang.given.Given.origins); with it, the
+    text says what the decision assumed about the machine and the model."""
     p = d.policy
     lines = []
+    scope = ""
+    if not d.in_scope:
+        upstream = p.upstream.label() if p.upstream else "upstream"
+        scope = f" (OUT OF SCOPE: {p.ref} does not model {upstream}'s verdict here)"
     if d.ok:
-        lines.append(f"ACCEPTED by {p.ref}")
+        lines.append(f"ACCEPTED by {p.ref}{scope}")
     else:
-        lines.append(f"REJECTED by {p.ref}: {d.error}")
+        lines.append(f"REJECTED by {p.ref}: {d.error}{scope}")
+    if not d.in_scope:
+        out = d.out_of_scope
+        lines.append(f"  out of scope: {out['why']} ({out['where']})")
     rules = {name: (line, stage) for name, line, stage in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
     for ph, backend in d.backends.items():
@@ -37,12 +46,18 @@ def decision_text(d: Decision) -> str:
         lines.append(f"  violation {v.check}{where} ({v.location}): {v.message}")
     for line in d.log:
         lines.append(f"  log: {line}")
+    if origins is not None:
+        from engine.sglang.given import assumptions
+
+        for name, value, origin in assumptions(p, d, origins):
+            shown_value = "not applicable" if value is None and name in d.not_applicable else show(value)
+            lines.append(f"  assumed: {name}={shown_value} ({origin})")
     lines.append(f"  policy: {p.ref} {p.file} sha256:{p.sha256[:12]}")
     return "\n".join(lines)
 
 
-def explanation_text(d: Decision, trace) -> str:
-    """`trace`: the interpret.Trace of the decision."""
+def explanation_text(d: Decision, trace, origins: dict | None = None) -> str:
+    """`trace`: the interpret.Trace of the decision; `origins` as for decision_text."""
     p = d.policy
     out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})"
            + (f", models {p.upstream.label()}" if p.upstream else ""),
@@ -95,5 +110,5 @@ def explanation_text(d: Decision, trace) -> str:
         out.append(f"Evaluation stopped at {trace.stopped_by.name}: later stages did not run.")
     out.append("")
     out.append("Result:")
-    out.append(decision_text(d))
+    out.append(decision_text(d, origins))
     return "\n".join(out)

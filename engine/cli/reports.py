@@ -65,11 +65,12 @@ def _example_text(cls: str, ex: dict) -> str:
         return f"log {a[i] if i < len(a) else '(none)'!r}  =>  {b[i] if i < len(b) else '(none)'!r}"
 
     def side(s):
+        scope = " (out of scope)" if s.get("out_of_scope") else ""
         if s["status"] == "ok":
-            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
+            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items()) + scope
         if s["status"] == "error":
             return f"invalid config ({s['check']}: {s['message']})"
-        return f"rejected: {s['message']}"
+        return f"rejected: {s['message']}{scope}"
 
     return f"{side(ex['a'])}  =>  {side(ex['b'])}"
 
@@ -97,6 +98,11 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
     any_rejected = any(r["rejected"] is not None for r in result["rows"])
     head = axes + [f"{ph} default" for ph in phases] + [f"{ph} allowed" for ph in phases]
     head += ["rejected with"] if any_rejected else []
+    reasons: list = []  # why rows are out of scope, numbered in the "scope" column
+    for r in result["rows"]:
+        if not r.get("in_scope", True) and r["out_of_scope"] not in reasons:
+            reasons.append(r["out_of_scope"])
+    head += ["scope"] if reasons else []
     body = []
     for r in result["rows"]:
         cells = [_cell(r["when"].get(a)) for a in axes]
@@ -108,6 +114,8 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
                   for ph in phases]
         if any_rejected:
             cells.append(r["rejected"] or "")
+        if reasons:
+            cells.append("in" if r.get("in_scope", True) else f"out ({reasons.index(r['out_of_scope']) + 1})")
         body.append(cells)
     fixed = ", ".join(f"{k}={show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
@@ -116,10 +124,14 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
+        if reasons:
+            lines.append("")
+        lines += [f"{i}. out of scope: {why}" for i, why in enumerate(reasons, 1)]
         return "\n".join(lines)
     widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
     lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    lines += [f"out ({i}): not modelled here, upstream's verdict may differ: {why}" for i, why in enumerate(reasons, 1)]
     return "\n".join(lines)
 
 
