@@ -8,6 +8,10 @@ L403 self-contradiction a default backend that the policy's own checks reject, a
                         (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
+L406 incapable-route    a default rule, or an allow-list a check admits a user's backend by, routes a
+                        config in scope to a backend whose declared capabilities (`capabilities`) do
+                        not cover that phase and config (with a counterexample); a config a
+                        capability lists under `known_gaps` is a note instead
 """
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
                      f"(L401-L403) runs up to {MAX_CONFIGS}")
         return problems, notes
     problems += _domain_lint(policy)
+    if policy.capabilities:
+        found, gaps = _capability_lint(policy)
+        problems += found
+        notes += gaps
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
 
 
@@ -205,3 +213,105 @@ def _winners(policy, shadowed) -> dict:
                 out[n].add(winner)
     return out
 
+
+
+def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
+    """L406 over the whole domain: every accepted config in scope whose phase backend was put
+    there by a default (or resolve) rule, or admitted by a per-phase allow-list check, must be
+    one that backend's capabilities cover. One problem per (rule, phase, backend), with the first
+    counterexample in domain order; known gaps are counted into notes."""
+    import itertools
+
+    import engine.analysis.domain as domain
+
+    caps = policy.capabilities
+    names = policy.input_names
+    phase_slot = dict(policy.phase_slots)
+    gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
+    reads = {b: set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]) for b, c in caps.items()}
+    verdicts: dict = {}  # (backend, phase, the values it reads) -> None (runs it) | gap | "no"
+    admitted: dict = {}  # (phase, backend, config) -> the allow-list check that admitted it, or None
+    found: dict = {}  # (rule name, phase, backend) -> (config, rule)
+    gaps: dict = {}  # (backend, phase, gap text) -> count
+    domains = [policy.inputs[n].domain() for n in names]
+    configs = itertools.product(*domains)
+    configs, again = itertools.tee(configs)
+    with domain.no_gc():
+        for chunk in domain.results(policy, configs, [0] * len(policy.rule_list), [0] * len(policy.rule_list)):
+            for (values, sources, _, viol, scope), combo in zip(chunk, again):
+                if viol or scope is not None:
+                    continue
+                env = None
+                for i, (phase, slot) in enumerate(phase_slot.items()):
+                    backend = values[slot]
+                    cap = caps.get(backend)
+                    if cap is None:
+                        continue
+                    if env is None:
+                        env = dict(zip(names, values))
+                    vkey = (backend, phase, tuple(env[n] for n in sorted(reads[backend])))
+                    if vkey not in verdicts:
+                        verdicts[vkey] = None if cap.can_run(phase, env) else (cap.gap(phase, env) or "no")
+                    verdict = verdicts[vkey]
+                    if verdict is None:
+                        continue
+                    src = sources[i]
+                    if src == "user":
+                        rule = _admitting_check(policy, gates, phase, backend, env)
+                        if rule is None:
+                            continue  # no allow-list vouches for it: the user's own choice
+                    else:
+                        rule = policy.rule(src) if src else None
+                        if rule is None:
+                            continue
+                    if verdict != "no":
+                        gkey = (backend, phase, verdict.text)
+                        gaps[gkey] = gaps.get(gkey, 0) + 1
+                        continue
+                    fkey = (rule.name, phase, backend)
+                    if fkey not in found:  # the config as given: phases a default fills are unset
+                        found[fkey] = (dict(zip(names, combo)), rule)
+    out = []
+    for (name, phase, backend), (config, rule) in found.items():
+        cap = caps[backend]
+        shown = " ".join(f"{k}={_show(v)}" for k, v in config.items())
+        line = _at(policy, cap.path, key=True)[0]
+        if rule.stage == "checks":
+            what = f"check '{name}' admits {backend} for the {phase} phase by its allow-list"
+            path = _row_path(rule.allowed, config) or rule.path
+        else:
+            what = f"{rule.stage} rule '{name}' routes the {phase} phase to {backend}"
+            path = rule.path
+        out.append(_problem(policy, "L406", f"{what}, which cannot run it, e.g. for {shown}: "
+                            f"{cap.words(phase)} (capabilities of {backend}, line {line})", path))
+    notes = [f"{policy.file}: {backend} is routed the {phase} phase of {n} config(s) it cannot run, a known "
+             f"gap: {text}" for (backend, phase, text), n in gaps.items()]
+    return out, notes
+
+
+def _admitting_check(policy, gates, phase: str, backend: str, env: dict):
+    """The first per-phase allow-list check that applies to this phase and whose allowed set holds
+    the backend (the allow-list that admits the user's choice), or None."""
+    user_set = {ph: env[spec.input] is not None for ph, spec in policy.phases.items()}
+    scope = dict(env, backend=backend, phase=phase)
+    scope.update({ph: env[spec.input] for ph, spec in policy.phases.items()})
+    if not policy.stages["checks"].when.eval(scope, user_set):
+        return None
+    for rule in gates:
+        if rule.when.eval(scope, user_set) and backend in rule.allowed.lookup(scope):
+            return rule
+    return None
+
+
+def _row_path(table, env: dict):
+    """The YAML path of the row of `table` (nested tables followed) that applies to `env`."""
+    while table is not None:
+        value = env.get(table.key)
+        if value in table.rows:
+            row, path = table.rows[value], table.path + ("rows", _row_text(value))
+        else:
+            row, path = table.otherwise, table.path + ("otherwise",)
+        if not isinstance(row, Table):
+            return path
+        table = row
+    return None

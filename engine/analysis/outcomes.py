@@ -21,7 +21,7 @@ class Outcome:
     log: tuple
     message: str | None  # first violation's message, or the config error
     check: str | None  # first violation's rule name, or the config error's code
-    scope: str | None = None  # why the config is out of the version's scope (None: in scope)
+    scope: object = None  # why the config is out of the version's scope (None: in scope; ...: unknown)
 
     @property
     def accepted(self) -> bool:
@@ -51,8 +51,10 @@ def outcome_of_record(d: dict) -> Outcome:
     na = set(d.get("not_applicable") or ()) if isinstance(d.get("not_applicable"), list) else set()
     values = tuple((k, v) for k, v in d.items() if k not in _DECISION_KEYS and k not in na)
     viol = d.get("violations") or []
+    # a record from before decisions carried their scope: unknown (...), never compared
     scope = d.get("out_of_scope") if d.get("in_scope") is False else None
-    why = scope.get("why") if isinstance(scope, dict) else (None if d.get("in_scope") is not False else "?")
+    why = ... if "in_scope" not in d else (None if d["in_scope"] is not False else
+                                           str(scope.get("why")) if isinstance(scope, dict) else "?")
     if d.get("ok"):
         return Outcome("ok", values, backends, tuple(d.get("log") or ()), None, None, why)
     first = viol[0] if viol else {"message": None, "check": None}
@@ -82,7 +84,8 @@ def classify(a: Outcome, b: Outcome) -> tuple[str | None, tuple]:
             return "log_changed", ()
     elif a.message != b.message:
         return "message_changed", (a.check, b.check)
-    if a.scope != b.scope:  # the same answer, but one side does not model upstream's verdict
+    if a.scope != b.scope and ... not in (a.scope, b.scope):  # the same answer, but one side does
+        # not model upstream's verdict
         return "scope_changed", (a.scope, b.scope)
     return None, ()
 

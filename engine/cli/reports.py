@@ -171,6 +171,9 @@ def replay_text(result: dict) -> str:
         text = (f"{head}: {changed} of {result['total']} recorded decisions would change ("
                 + ", ".join(f"{c} {n}" for c, n in result["counts"].items() if n) + ")")
     lines = [text]
+    if result.get("out_of_scope"):
+        lines.append(f"out of scope: {result['out_of_scope']} of the {result['total']} decisions, re-evaluated, lie "
+                     f"outside what {head[len('replay against '):]} models (upstream's verdict may differ)")
     for g in result["groups"]:
         more = " ..." if g["count"] > len(g["lines"]) else ""
         lines.append(f"{g['class']} {g['count']}: {g['change']} (lines {', '.join(map(str, g['lines'][:10]))}"
