@@ -71,6 +71,12 @@ def cmd_attend(argv) -> int:
     if not decision.ok:
         print(f"REJECTED by {policy.ref}: {decision.error}")
         return VIOLATION
+    from kernels_bridge.backends import unsupported
+
+    why = unsupported(decision)  # before torch is imported or anything is built
+    if why is not None:
+        print(f"hisparse attend: {why}", file=sys.stderr)
+        return ERROR
     try:
         import torch  # the bridge needs it; say so plainly when it is missing
     except ImportError as exc:
