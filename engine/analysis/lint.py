@@ -270,15 +270,19 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
                         continue
                     fkey = (rule.name, phase, backend)
                     if fkey not in found:  # the config as given: phases a default fills are unset
-                        found[fkey] = (dict(zip(names, combo)), rule)
+                        found[fkey] = (dict(zip(names, combo)), dict(env), rule)
     out = []
-    for (name, phase, backend), (config, rule) in found.items():
+    for (name, phase, backend), (config, env, rule) in found.items():
         cap = caps[backend]
         shown = " ".join(f"{k}={_show(v)}" for k, v in config.items())
+        rewritten = [f"{k}={_show(env[k])}" for k, v in config.items()
+                     if policy.inputs[k].phase is None and env[k] != v]
+        if rewritten:  # what the capabilities were read on
+            shown += f" (resolved: {' '.join(rewritten)})"
         line = _at(policy, cap.path, key=True)[0]
         if rule.stage == "checks":
             what = f"check '{name}' admits {backend} for the {phase} phase by its allow-list"
-            path = _row_path(rule.allowed, config) or rule.path
+            path = _row_path(rule.allowed, env) or rule.path  # the row for the resolved config
         else:
             what = f"{rule.stage} rule '{name}' routes the {phase} phase to {backend}"
             path = rule.path
