@@ -16,7 +16,8 @@ def unsupported(decision) -> str | None:
         return (f"{policy.ref} routes decode to {backend if backend is not None else 'no backend'} ({how}); the "
                 f"bridge runs only {', '.join(BACKENDS)} (FlashMLA, or its CPU reference kernels)")
     cap = (getattr(policy, "capabilities", None) or {}).get(backend)
-    if cap is not None and not cap.can_run("decode", decision.config):
+    user_set = {ph: src == "user" for ph, src in decision.sources.items()}
+    if cap is not None and not cap.can_run("decode", decision.config, user_set):
         return (f"{policy.ref} routes decode to {backend} ({how}) with kv_cache_dtype="
                 f"{decision.config.get('kv_cache_dtype')}, which its declared capabilities say {backend} cannot run: "
                 f"{cap.words('decode')}")

@@ -130,7 +130,7 @@ def test_a_rejected_config_out_of_scope_says_both(capsys):
 def test_explain_says_out_of_scope(capsys):
     code, out, _ = run_cli(capsys, "explain", "--no-dsa-model", "--kv-cache-dtype", "nvfp4", "--sm-major", "8")
     assert code == 0 and "  out of scope: generic KV4 (nvfp4) gates" in out
-    assert "OUT OF SCOPE" in out and "  assumed: model_family=not applicable (it applies only where dsa_model == true)" in out
+    assert "OUT OF SCOPE" in out and "model_family=not applicable (it applies only where dsa_model == true)" in out
 
 
 def test_batch_lines_carry_scope(tmp_path, capsys):
@@ -268,7 +268,13 @@ def test_conform_refusal_in_scope_at_a_left_out_place_is_a_difference():
 
 # -- assumptions ---------------------------------------------------------------------------------
 def assumed(out: str) -> dict:
-    return dict(re.findall(r"^  assumed: (\w+)=.*?\((.*)\)$", out, re.M))
+    """input -> where its assumed value came from, from the `assumed:` line."""
+    (line,) = re.findall(r"^  assumed: (.*)$", out, re.M)
+    got = {}
+    for items, origin in re.findall(r"(.*?) \(([^()]*)\)(?:; |$)", line):
+        for item in items.split(", "):
+            got[item.split("=")[0]] = origin
+    return got
 
 
 def test_text_says_what_was_assumed_and_from_where(capsys):
@@ -280,14 +286,15 @@ def test_text_says_what_was_assumed_and_from_where(capsys):
     got = assumed(out)
     assert got["sm_major"] == "given: the command line" and got["platform"] == "the policy's default"
     assert got["dsa_model"] == got["model_family"] == "read from the name DeepSeek-V3.2"
-    assert "  assumed: sm_major=10 (given: the command line)" in out
+    assert "  assumed: platform=cuda, sm_minor=0 (the policy's default); sm_major=10 (given: the command line); " \
+           "dsa_model=true, model_family=deepseek_v32 (read from the name DeepSeek-V3.2)" in out
 
 
 def test_without_a_kv_dtype_sm9_and_sm10_differ_and_the_text_says_which(capsys):
     _, nine, _ = run_cli(capsys, "evaluate", "--sm-major", "9")
     _, ten, _ = run_cli(capsys, "evaluate", "--sm-major", "10")
     assert "kv_cache_dtype: auto resolved to bfloat16" in nine and "kv_cache_dtype: auto resolved to fp8_e4m3" in ten
-    assert "  assumed: sm_major=9 (given: the command line)" in nine and "  assumed: sm_major=10 (given" in ten
+    assert "sm_major=9 (given: the command line)" in nine and "sm_major=10 (given: the command line)" in ten
 
 
 def test_a_launch_command_and_a_config_file_are_named(tmp_path, capsys):
@@ -306,7 +313,7 @@ def test_a_model_folder_is_named(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "explain", "--model-path", str(folder))
     got = assumed(out)
     assert code == 0 and got["model_family"] == f"read from GlmMoeDsaForCausalLM in {folder / 'config.json'}"
-    assert "  assumed: model_family=glm5 (" in out
+    assert "dsa_model=true, model_family=glm5 (read from GlmMoeDsaForCausalLM in" in out
 
 
 @pytest.mark.parametrize("path", ["./models/DeepSeek-V3.2", "../DeepSeek-V3.2", "/nonexistent/DeepSeek-V3.2",
@@ -314,7 +321,7 @@ def test_a_model_folder_is_named(tmp_path, capsys):
 def test_a_missing_local_model_path_gets_a_note(path, capsys):
     code, out, err = run_cli(capsys, "evaluate", "--model-path", path)
     assert code == 0 and f"note: {path}: no such file or folder; it looks like a local path" in err
-    assert "  assumed: dsa_model=true (read from the name DeepSeek-V3.2)" in out
+    assert "dsa_model=true, model_family=deepseek_v32 (read from the name DeepSeek-V3.2)" in out
 
 
 @pytest.mark.parametrize("path", ["deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.2"])

@@ -242,6 +242,7 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
                 if viol or scope is not None:
                     continue
                 env = None
+                user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
                 for i, (phase, slot) in enumerate(phase_slot.items()):
                     backend = values[slot]
                     cap = caps.get(backend)
@@ -249,9 +250,10 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
                         continue
                     if env is None:
                         env = dict(zip(names, values))
-                    vkey = (backend, phase, tuple(env[n] for n in sorted(reads[backend])))
+                    vkey = (backend, phase, tuple(env[n] for n in sorted(reads[backend])), tuple(user_set.values()))
                     if vkey not in verdicts:
-                        verdicts[vkey] = None if cap.can_run(phase, env) else (cap.gap(phase, env) or "no")
+                        verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
+                            (cap.gap(phase, env, user_set) or "no")
                     verdict = verdicts[vkey]
                     if verdict is None:
                         continue
@@ -288,8 +290,11 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
             path = rule.path
         out.append(_problem(policy, "L406", f"{what}, which cannot run it, e.g. for {shown}: "
                             f"{cap.words(phase)} (capabilities of {backend}, line {line})", path))
-    notes = [f"{policy.file}: {backend} is routed the {phase} phase of {n} config(s) it cannot run, a known "
-             f"gap: {text}" for (backend, phase, text), n in gaps.items()]
+    by_reason: dict = {}  # one note per stated gap: which routes, how many
+    for (backend, phase, text), n in gaps.items():
+        by_reason.setdefault(text, []).append(f"{backend} {phase} {n}")
+    notes = [f"{policy.file}: known gap, routes to a backend that cannot run them ({', '.join(routes)}): {text}"
+             for text, routes in by_reason.items()]
     return out, notes
 
 

@@ -49,9 +49,12 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
     if origins is not None:
         from engine.sglang.given import assumptions
 
+        groups: dict = {}  # origin -> "name=value" in input order, origins in order of first use
         for name, value, origin in assumptions(p, d, origins):
             shown_value = "not applicable" if value is None and name in d.not_applicable else show(value)
-            lines.append(f"  assumed: {name}={shown_value} ({origin})")
+            groups.setdefault(origin, []).append(f"{name}={shown_value}")
+        if groups:
+            lines.append("  assumed: " + "; ".join(f"{', '.join(items)} ({origin})" for origin, items in groups.items()))
     lines.append(f"  policy: {p.ref} {p.file} sha256:{p.sha256[:12]}")
     return "\n".join(lines)
 

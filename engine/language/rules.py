@@ -90,8 +90,8 @@ class CapabilityEntry:
     text: str = ""
     path: tuple = ()
 
-    def covers(self, phase: str, env: dict) -> bool:
-        return phase in self.phases and self.when.eval(env, {})
+    def covers(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
+        return phase in self.phases and self.when.eval(env, _UserSet(user_set or {}))
 
 
 @dataclass
@@ -105,11 +105,13 @@ class Capability:
     source: str = ""
     path: tuple = ()
 
-    def can_run(self, phase: str, env: dict) -> bool:
-        return any(e.covers(phase, env) for e in self.runs)
+    def can_run(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
+        return any(e.covers(phase, env, user_set) for e in self.runs)
 
-    def gap(self, phase: str, env: dict):
-        return next((e for e in self.gaps if e.covers(phase, env)), None)
+    def gap(self, phase: str, env: dict, user_set: dict | None = None):
+        """The known gap that covers (phase, config), or None. `user_set`: phase -> whether the
+        user set its backend (a gap may hold only for a user's choice); unknown phases: not set."""
+        return next((e for e in self.gaps if e.covers(phase, env, user_set)), None)
 
     def words(self, phase: str) -> str:
         """Where it runs in `phase`, in words (for a lint problem)."""
@@ -117,3 +119,10 @@ class Capability:
         if not conds:
             return f"{self.backend} does not run the {phase} phase"
         return f"{self.backend} runs {phase} only where " + " or ".join(f"({c})" for c in conds)
+
+
+class _UserSet(dict):
+    """Whether the user set each phase's backend; a phase not given was not set."""
+
+    def __missing__(self, key):
+        return False
