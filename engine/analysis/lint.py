@@ -226,12 +226,20 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
 
     caps = policy.capabilities
     names = policy.input_names
-    phase_slot = dict(policy.phase_slots)
+    slots = [(i, phase, slot) for i, (phase, slot) in enumerate(policy.phase_slots)]
     gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
-    reads = {b: set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]) for b, c in caps.items()}
-    verdicts: dict = {}  # (backend, phase, the values it reads) -> None (runs it) | gap | "no"
-    admitted: dict = {}  # (phase, backend, config) -> the allow-list check that admitted it, or None
-    found: dict = {}  # (rule name, phase, backend) -> (config, rule)
+    # what a verdict depends on, as positions in the values: the inputs a capability reads, and
+    # the inputs the allow-list checks read (with the phase backends), so each is decided once
+    where = {n: k for k, n in enumerate(names)}
+    reads = {b: [where[n] for n in sorted(set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]))
+                 if n in where] for b, c in caps.items()}
+    gate_reads = set(policy.stages["checks"].when.inputs())
+    for r in gates:
+        gate_reads |= r.when.inputs() | r.allowed.keys_read()
+    gate_idx = sorted({where[n] for n in gate_reads if n in where} | {slot for _, _, slot in slots})
+    verdicts: dict = {}  # (backend, phase, the values it reads, who set each phase) -> None | gap | "no"
+    admitted: dict = {}  # (phase, backend, the values the allow-lists read) -> the admitting check or None
+    found: dict = {}  # (rule name, phase, backend) -> (config as given, resolved config, rule)
     gaps: dict = {}  # (backend, phase, gap text) -> count
     domains = [policy.inputs[n].domain() for n in names]
     configs = itertools.product(*domains)
@@ -241,25 +249,26 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
             for (values, sources, _, viol, scope), combo in zip(chunk, again):
                 if viol or scope is not None:
                     continue
-                env = None
-                user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
-                for i, (phase, slot) in enumerate(phase_slot.items()):
+                for i, phase, slot in slots:
                     backend = values[slot]
                     cap = caps.get(backend)
                     if cap is None:
                         continue
-                    if env is None:
+                    vkey = (backend, phase, tuple(values[k] for k in reads[backend]), sources)
+                    verdict = verdicts.get(vkey, 0)
+                    if verdict == 0:
                         env = dict(zip(names, values))
-                    vkey = (backend, phase, tuple(env[n] for n in sorted(reads[backend])), tuple(user_set.values()))
-                    if vkey not in verdicts:
-                        verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
+                        user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
+                        verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
                             (cap.gap(phase, env, user_set) or "no")
-                    verdict = verdicts[vkey]
                     if verdict is None:
                         continue
                     src = sources[i]
                     if src == "user":
-                        rule = _admitting_check(policy, gates, phase, backend, env)
+                        akey = (phase, backend, tuple(values[k] for k in gate_idx))
+                        if akey not in admitted:
+                            admitted[akey] = _admitting_check(policy, gates, phase, backend, dict(zip(names, values)))
+                        rule = admitted[akey]
                         if rule is None:
                             continue  # no allow-list vouches for it: the user's own choice
                     else:
@@ -272,7 +281,7 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
                         continue
                     fkey = (rule.name, phase, backend)
                     if fkey not in found:  # the config as given: phases a default fills are unset
-                        found[fkey] = (dict(zip(names, combo)), dict(env), rule)
+                        found[fkey] = (dict(zip(names, combo)), dict(zip(names, values)), rule)
     out = []
     for (name, phase, backend), (config, env, rule) in found.items():
         cap = caps[backend]

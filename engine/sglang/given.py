@@ -193,7 +193,7 @@ def _json_object(key, value, file):
 
 class Given(Record):
     """Layers combined: the config for the policy, the notes, what the user gave, and where each
-    input of the config came from (input -> text, e.g. "given (the command line)"; an input
+    input of the config came from (input -> text, e.g. "given: the command line"; an input
     missing there takes the policy's default)."""
 
     FIELDS = ("config", "notes", "given", "origins")
