@@ -17,7 +17,7 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
     scope = ""
     if not d.in_scope:
         upstream = p.upstream.label() if p.upstream else "upstream"
-        scope = f" (OUT OF SCOPE: {p.ref} does not model {upstream}'s verdict here)"
+        scope = f" (OUT OF SCOPE: {p.ref} does not model the verdict of {upstream} here)"
     if d.ok:
         lines.append(f"ACCEPTED by {p.ref}{scope}")
     else:

@@ -103,7 +103,7 @@ class Builder:
         self._placement()
         if "upstream" in d:
             u = d["upstream"]
-            p.upstream = Upstream(u["project"], u.get("version"), u.get("commit"), u.get("pr"),
+            p.upstream = Upstream(u["project"], tuple(u.get("releases") or ()), u.get("commit"), u.get("pr"),
                                   " ".join(u["note"].split()),
                                   tuple((x["where"], " ".join(x["why"].split()), "when" in x)
                                         for x in u.get("leaves_out") or ()))
