@@ -1,4 +1,4 @@
-"""Backend capabilities as data: the `capabilities` block (schema, names, positions), L406 in
+"""Backend capabilities as data: the `capabilities` block (schema, names, positions), L407 in
 `hisparse check` over the whole domain (defaults and allow-lists, known gaps as notes), every
 shipped version declaring them, and `hisparse attend` refusing a backend the bridge does not run."""
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_every_shipped_version_declares_every_routed_backend_and_passes_l406(pat
     assert routed and routed <= set(policy.capabilities), routed - set(policy.capabilities)
     assert all(cap.source for cap in policy.capabilities.values())
     problems, _ = lint(policy)
-    assert [p for p in problems if p.code == "L406"] == []
+    assert [p for p in problems if p.code == "L407"] == []
 
 
 def test_the_fp8_kernel_reads_fp8_rows_only_and_flashmla_sparse_decodes_bf16_only():
@@ -95,11 +95,11 @@ def test_check_refuses_hisparse_bf16_decoding_on_the_fp8_kernel(tmp_path, capsys
     text = newcomer()
     path = copy(tmp_path, text)
     code, out, err = run_cli(capsys, "check", path)
-    problems = [line for line in out.splitlines() if ": L406: " in line]
-    assert code == 2 and len(problems) == 3 and len(out.splitlines()) == 3, out + err  # nothing but L406
+    problems = [line for line in out.splitlines() if ": L407: " in line]
+    assert code == 2 and len(problems) == 3 and len(out.splitlines()) == 3, out + err  # nothing but L407
     cap_line = line_of(text, "  flashmla_kv:\n    source")
-    by_head = dict(line.split(": L406: ") for line in problems[:1])
-    head, message = problems[0].split(": L406: ")
+    by_head = dict(line.split(": L407: ") for line in problems[:1])
+    head, message = problems[0].split(": L407: ")
     assert head == f"{path}:{line_of(text, '    - name: hisparse' + chr(10))}:7", by_head
     assert message.startswith("defaults rule 'hisparse' routes the decode phase to flashmla_kv, which cannot run "
                               "it, e.g. for ")
@@ -108,7 +108,7 @@ def test_check_refuses_hisparse_bf16_decoding_on_the_fp8_kernel(tmp_path, capsys
                             f"flashmla_kv, line {cap_line})")
     row = line_of(text, "          bfloat16: [flashmla_kv")
     for line, phase in zip(problems[1:], ("decode", "prefill")):
-        head, message = line.split(": L406: ")
+        head, message = line.split(": L407: ")
         assert head == f"{path}:{row}:21"
         assert message.startswith(f"check 'hisparse-backend' admits flashmla_kv for the {phase} phase by its "
                                   "allow-list, which cannot run it")
@@ -118,20 +118,20 @@ def test_check_refuses_hisparse_bf16_decoding_on_the_fp8_kernel(tmp_path, capsys
     d = policy.evaluate({"enable_hisparse": True, "disable_radix_cache": True})
     assert d.ok and d.backends["decode"] == "flashmla_kv"
     code, out, _ = run_cli(capsys, "check", path, "--format", "json")
-    assert code == 2 and {p["code"] for p in json.loads(out)["files"][0]["problems"]} == {"L406"}
+    assert code == 2 and {p["code"] for p in json.loads(out)["files"][0]["problems"]} == {"L407"}
 
 
 def test_the_default_alone_is_refused_by_the_policys_own_checks(tmp_path, capsys):
     text = edited(HISPARSE_DEFAULT, HISPARSE_DEFAULT.replace("decode: flashmla_sparse", "decode: flashmla_kv"))
     code, out, _ = run_cli(capsys, "check", copy(tmp_path, text))
-    assert code == 2 and ": L403: default rule 'hisparse'" in out and "L406" not in out
+    assert code == 2 and ": L403: default rule 'hisparse'" in out and "L407" not in out
 
 
 def test_an_allow_list_row_alone_is_refused_where_users_pick_it(tmp_path, capsys):
     text = edited(BF16_ROW, "          bfloat16: [flashinfer_sparse_mla, flashmla_sparse]\n")
     code, out, _ = run_cli(capsys, "check", copy(tmp_path, text), "--format", "json")
     problems = json.loads(out)["files"][0]["problems"]
-    assert code == 2 and {p["code"] for p in problems} == {"L406"} and len(problems) == 2  # prefill and decode
+    assert code == 2 and {p["code"] for p in problems} == {"L407"} and len(problems) == 2  # prefill and decode
     row = line_of(text, "          bfloat16: [flashinfer")
     for p in problems:
         assert (p["line"], p["col"]) == (row, 21)
@@ -151,8 +151,8 @@ def test_a_known_gap_is_a_note_and_without_it_check_refuses(tmp_path, capsys):
     end = TEXT.index("  triton_sparse_mla:\n", start)
     path = copy(tmp_path, TEXT[:start] + TEXT[end:])
     code, out, _ = run_cli(capsys, "check", path)
-    assert code == 2 and out.count(": L406: check 'hisparse-backend' admits flashinfer_sparse_mla") == 2
-    assert f":{line_of(TEXT, '          fp8_e4m3: [flashinfer_sparse_mla, flashmla_kv]')}:21: L406" in out
+    assert code == 2 and out.count(": L407: check 'hisparse-backend' admits flashinfer_sparse_mla") == 2
+    assert f":{line_of(TEXT, '          fp8_e4m3: [flashinfer_sparse_mla, flashmla_kv]')}:21: L407" in out
 
 
 def test_a_default_on_the_wrong_platform_or_gpu_is_refused(tmp_path, capsys):
@@ -168,7 +168,7 @@ def test_a_user_choice_no_allow_list_vouches_for_is_not_refused():
     business (SGLang quantises the cache per call), not a route of the policy."""
     d = POLICY.evaluate({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "flashmla_kv"})
     assert d.ok and not POLICY.capabilities["flashmla_kv"].can_run("decode", d.config)
-    assert [p for p in lint(POLICY)[0] if p.code == "L406"] == []
+    assert [p for p in lint(POLICY)[0] if p.code == "L407"] == []
 
 
 # -- the language ---------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def minimal_with(extra: str) -> str:
 def test_a_policy_without_capabilities_loads_and_is_not_checked_for_them(tmp_path):
     policy = engine.load_policy(write_policy(tmp_path, minimal_text()))
     assert policy.capabilities == {}
-    assert [p for p in lint(policy)[0] if p.code == "L406"] == []
+    assert [p for p in lint(policy)[0] if p.code == "L407"] == []
 
 
 def test_a_minimal_policy_declares_and_is_checked(tmp_path, capsys):
@@ -189,11 +189,11 @@ def test_a_minimal_policy_declares_and_is_checked(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "check", path)
     text = minimal_with(caps)
     assert code == 2 and out.splitlines() == [
-        f"{path}:{line_of(text, '    - name: bf16')}:7: L406: defaults rule 'bf16' routes the decode phase to "
+        f"{path}:{line_of(text, '    - name: bf16')}:7: L407: defaults rule 'bf16' routes the decode phase to "
         "flashmla_sparse, which cannot run it, e.g. for kv_cache_dtype=bfloat16 sm_major=10 decode_backend=unset: "
         f"flashmla_sparse runs decode only where (sm_major == 9) (capabilities of flashmla_sparse, line "
         f"{line_of(text, '  flashmla_sparse:' + chr(10) + '    source')})",
-        f"{path}:{line_of(text, '          bfloat16: [flashmla_sparse]')}:21: L406: check 'fp8-needs-kv' admits "
+        f"{path}:{line_of(text, '          bfloat16: [flashmla_sparse]')}:21: L407: check 'fp8-needs-kv' admits "
         "flashmla_sparse for the decode phase by its allow-list, which cannot run it, e.g. for "
         "kv_cache_dtype=bfloat16 sm_major=10 decode_backend=flashmla_sparse: flashmla_sparse runs decode only "
         f"where (sm_major == 9) (capabilities of flashmla_sparse, line "
