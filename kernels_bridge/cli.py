@@ -77,6 +77,8 @@ def cmd_attend(argv) -> int:
     if ns.compare and any(policy.canonical_key(k) == "kv_cache_dtype" for k in config):
         raise UsageError("hisparse attend: --compare runs the workload on both fp8_e4m3 and bfloat16: "
                          "leave out --kv-cache-dtype")
+    from kernels_bridge.backends import unsupported
+
     decisions = {}
     for dtype in COMPARED if ns.compare else (None,):
         decision = policy.evaluate(config if dtype is None else _with(policy, config, "kv_cache_dtype", dtype))
@@ -84,6 +86,10 @@ def cmd_attend(argv) -> int:
             print(f"REJECTED by {policy.ref}" + (f" with --kv-cache-dtype={dtype}" if dtype else "")
                   + f": {decision.error}")
             return VIOLATION
+        why = unsupported(decision)  # before torch is imported or anything is built
+        if why is not None:
+            print(f"hisparse attend: {why}", file=sys.stderr)
+            return ERROR
         decisions[dtype or decision.config.get("kv_cache_dtype")] = decision
     # every argument is checked before torch is imported: a mistake is answered at once
     work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,

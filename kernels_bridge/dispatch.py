@@ -22,7 +22,8 @@ from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 __all__ = ["BACKENDS", "PROVIDERS", "AttentionResult", "attend", "cache_dtype_of", "run_backend",
            "select_provider"]
 
-BACKENDS = ("flashmla_sparse", "flashmla_kv")
+from kernels_bridge.backends import BACKENDS  # noqa: E402  (torch-free, for the CLI)
+
 PROVIDERS = ("auto", "reference", "flashmla")
 
 

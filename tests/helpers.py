@@ -67,10 +67,10 @@ def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     got = []
     policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
     assert len(got) == len(sample)
-    for config, (values, sources, log, viol) in zip(sample, got):
+    for config, (values, sources, log, viol, scope) in zip(sample, got):
         trace = interpret.Trace()
         ref_d = interpret.run(policy, config, config, trace)
-        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol)) == ref_d.outcome(), config
+        assert (not viol, values, tuple(log), tuple(m for _, _, m in viol), scope) == ref_d.outcome(), config
         assert dict(zip(policy.phase_names, sources)) == ref_d.sources, config
         for step in trace.steps:
             if step.rule is not None and step.holds and step.rule.stage != "defaults":

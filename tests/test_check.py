@@ -138,7 +138,7 @@ def test_file_placement_must_match_identity(capsys, tmp_path):
     assert "E312: family 'mini' in a folder named 'other'" in out
 
 
-@pytest.mark.parametrize("code", ["L401", "L402", "L403", "L404", "L405", "L406"])
+@pytest.mark.parametrize("code", ["L401", "L402", "L403", "L404", "L405", "L406", "L407"])
 def test_each_lint_code_has_a_fixture_that_triggers_only_it(capsys, code):
     (fixture,) = [f for f in os.listdir(BAD) if f.startswith(f"lint-{code}-")]
     path = os.path.join(BAD, fixture)

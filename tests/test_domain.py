@@ -191,17 +191,18 @@ def test_bulk_outcomes_equal_evaluate_on_the_whole_domain(ref, synthetic):
     configs = list(policy.domain())
     bulk = [r for chunk in domain.results(policy, [tuple(c.values()) for c in configs]) for r in chunk]
     assert len(bulk) == len(configs)
-    for config, (values, log, first) in zip(configs, bulk):
+    for config, (values, log, first, scope) in zip(configs, bulk):
         d = policy.evaluate(config)
         want = tuple(d.config[n] for n in policy.written) + tuple(d.backends.values())
         assert (values, log, first) == (want, tuple(d.log), d._raw[0] if d._raw else None), config
+        assert (scope is None) == d.in_scope, config
     if ref == "syn-c":  # and the counting probe gives every violation, log line and source
         full = [r for chunk in domain.results(policy, [tuple(c.values()) for c in configs], [0] * 8, [0] * 8)
                 for r in chunk]
-        for config, (values, sources, log, viol) in zip(configs, full):
+        for config, (values, sources, log, viol, scope) in zip(configs, full):
             d = policy.interpret(config)  # the reference semantics
-            assert (values, sources, tuple(log), tuple(viol)) == \
-                (tuple(d.config.values()), tuple(d.sources.values()), tuple(d.log), d._raw), config
+            assert (values, sources, tuple(log), tuple(viol), scope is None) == \
+                (tuple(d.config.values()), tuple(d.sources.values()), tuple(d.log), d._raw, d.in_scope), config
 
 
 def _axes(a, b, where=None):

@@ -245,8 +245,8 @@ NO_UPSTREAM = UPSTREAM[:UPSTREAM.index("upstream:")] + UPSTREAM[UPSTREAM.index("
 def test_upstream_is_read(tmp_path):
     policy = load_text(tmp_path, UPSTREAM)
     assert policy.upstream == Upstream("sglang", ("1.2.3", "1.2.3.post1"), None, None, "Two lines of note.", (
-        ("srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "a generic gate"), ("srt/other.py", "all of it"),
-        ("groups/x.py:f", "x")))
+        ("srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "a generic gate", False), ("srt/other.py", "all of it", False),
+        ("groups/x.py:f", "x", False)))
     assert policy.upstream.label() == "sglang 1.2.3, 1.2.3.post1"
     # exact release strings: a .post release is modelled only when listed
     assert policy.upstream.models("1.2.3.post1") and not policy.upstream.models("1.2")

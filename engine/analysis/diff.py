@@ -225,12 +225,13 @@ def _side(policy, axes, side: str, other_written: set):
 
 
 def _outcome(policy, key, kept_only) -> Outcome:
-    values, log, first = key[:3]
+    values, log, first, scope = key[:4]
     n = len(policy.written)
-    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[3])) if kept_only else ())
+    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[4])) if kept_only else ())
     status, message, check = ("ok", None, None) if first is None else \
         ("rejected", first[2], policy.rule_meta[first[0]][0])
-    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check)
+    why = None if scope is None else policy.upstream.leaves_out[scope][1]
+    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check, why)
 
 
 def _projector(sizes: list[int], kept: list[int]):
@@ -267,6 +268,8 @@ def _example(names, combo, oa, ob) -> dict:
             out["log"] = list(o.log)
         else:
             out["check"], out["message"] = o.check, o.message
+        if o.scope is not None:
+            out["out_of_scope"] = o.scope
         return out
 
     return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}

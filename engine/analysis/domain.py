@@ -98,9 +98,10 @@ def parse_where(policy, items: list[str]) -> dict:
 
 
 def results(policy, configs, held: list | None = None, chosen: list | None = None):
-    """Lists of (values, sources, log, violations), one per config of `configs` (tuples of valid
+    """Lists of (values, sources, log, violations, scope), one per config of `configs` (tuples of valid
     canonical values in the policy's input order), in order, a chunk at a time. `held` /
-    `chosen`: counters per rule (see Policy.probe); without them, the probe that counts nothing."""
+    `chosen`: counters per rule (see Policy.probe); without them, the probe that counts nothing
+    and gives (rewritten values and backends, log, first violation, scope)."""
     counting = held is not None or chosen is not None
     probe = policy.probe(counting)
     n = len(policy.rule_meta)

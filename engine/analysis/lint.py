@@ -10,6 +10,10 @@ L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
 L406 deprecated-notice  a deprecated flag whose notice does not name it (upstream's notices name
                         the spelling typed; one that names another flag was copied from it)
+L407 incapable-route    a default rule, or an allow-list a check admits a user's backend by, routes a
+                        config in scope to a backend whose declared capabilities (`capabilities`) do
+                        not cover that phase and config (with a counterexample); a config a
+                        capability lists under `known_gaps` is a note instead
 
 A rule's `accepts: {CODE: why}` marks a rule-anchored finding (L401-L403) as upstream's own
 behaviour: it is not reported.
@@ -40,6 +44,10 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
                      "(HISPARSE_MAX_WORK raises it)")
         return problems, notes
     problems += _domain_lint(policy)
+    if policy.capabilities:
+        found, gaps = _capability_lint(policy)
+        problems += found
+        notes += gaps
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
 
 
@@ -165,7 +173,7 @@ def _domain_lint(policy) -> list[Problem]:
                 continue
             configs, again = itertools.tee(configs)
             for chunk in domain.results(policy, configs, held, chosen):
-                for (_, sources, _, viol), combo in zip(chunk, again):  # the chunk first: zip stops there
+                for (_, sources, _, viol, _), combo in zip(chunk, again):  # the chunk first: zip stops there
                     for index, phase, message in viol:
                         if phase is not None:
                             src = sources[phase_index[phase]]
@@ -231,3 +239,123 @@ def _winners(policy, shadowed) -> dict:
                 out[n].add(winner)
     return out
 
+
+
+def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
+    """L406 over the whole domain: every accepted config in scope whose phase backend was put
+    there by a default (or resolve) rule, or admitted by a per-phase allow-list check, must be
+    one that backend's capabilities cover. One problem per (rule, phase, backend), with the first
+    counterexample in domain order; known gaps are counted into notes."""
+    import itertools
+
+    import engine.analysis.domain as domain
+
+    caps = policy.capabilities
+    names = policy.input_names
+    slots = [(i, phase, slot) for i, (phase, slot) in enumerate(policy.phase_slots)]
+    gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
+    # what a verdict depends on, as positions in the values: the inputs a capability reads, and
+    # the inputs the allow-list checks read (with the phase backends), so each is decided once
+    where = {n: k for k, n in enumerate(names)}
+    reads = {b: [where[n] for n in sorted(set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]))
+                 if n in where] for b, c in caps.items()}
+    gate_reads = set(policy.stages["checks"].when.inputs())
+    for r in gates:
+        gate_reads |= r.when.inputs() | r.allowed.keys_read()
+    gate_idx = sorted({where[n] for n in gate_reads if n in where} | {slot for _, _, slot in slots})
+    verdicts: dict = {}  # (backend, phase, the values it reads, who set each phase) -> None | gap | "no"
+    admitted: dict = {}  # (phase, backend, the values the allow-lists read) -> the admitting check or None
+    found: dict = {}  # (rule name, phase, backend) -> (config as given, resolved config, rule)
+    gaps: dict = {}  # (backend, phase, gap text) -> count
+    domains = [policy.inputs[n].domain() for n in names]
+    configs = itertools.product(*domains)
+    configs, again = itertools.tee(configs)
+    with domain.no_gc():
+        for chunk in domain.results(policy, configs, [0] * len(policy.rule_list), [0] * len(policy.rule_list)):
+            for (values, sources, _, viol, scope), combo in zip(chunk, again):
+                if viol or scope is not None:
+                    continue
+                for i, phase, slot in slots:
+                    backend = values[slot]
+                    cap = caps.get(backend)
+                    if cap is None:
+                        continue
+                    vkey = (backend, phase, tuple(values[k] for k in reads[backend]), sources)
+                    verdict = verdicts.get(vkey, 0)
+                    if verdict == 0:
+                        env = dict(zip(names, values))
+                        user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
+                        verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
+                            (cap.gap(phase, env, user_set) or "no")
+                    if verdict is None:
+                        continue
+                    src = sources[i]
+                    if src == "user":
+                        akey = (phase, backend, tuple(values[k] for k in gate_idx))
+                        if akey not in admitted:
+                            admitted[akey] = _admitting_check(policy, gates, phase, backend, dict(zip(names, values)))
+                        rule = admitted[akey]
+                        if rule is None:
+                            continue  # no allow-list vouches for it: the user's own choice
+                    else:
+                        rule = policy.rule(src) if src else None
+                        if rule is None:
+                            continue
+                    if verdict != "no":
+                        gkey = (backend, phase, verdict.text)
+                        gaps[gkey] = gaps.get(gkey, 0) + 1
+                        continue
+                    fkey = (rule.name, phase, backend)
+                    if fkey not in found:  # the config as given: phases a default fills are unset
+                        found[fkey] = (dict(zip(names, combo)), dict(zip(names, values)), rule)
+    out = []
+    for (name, phase, backend), (config, env, rule) in found.items():
+        cap = caps[backend]
+        shown = " ".join(f"{k}={_show(v)}" for k, v in config.items())
+        rewritten = [f"{k}={_show(env[k])}" for k, v in config.items()
+                     if policy.inputs[k].phase is None and env[k] != v]
+        if rewritten:  # what the capabilities were read on
+            shown += f" (resolved: {' '.join(rewritten)})"
+        line = _at(policy, cap.path, key=True)[0]
+        if rule.stage == "checks":
+            what = f"check '{name}' admits {backend} for the {phase} phase by its allow-list"
+            path = _row_path(rule.allowed, env) or rule.path  # the row for the resolved config
+        else:
+            what = f"{rule.stage} rule '{name}' routes the {phase} phase to {backend}"
+            path = rule.path
+        out.append(_problem(policy, "L407", f"{what}, which cannot run it, e.g. for {shown}: "
+                            f"{cap.words(phase)} (capabilities of {backend}, line {line})", path))
+    by_reason: dict = {}  # one note per stated gap: which routes, how many
+    for (backend, phase, text), n in gaps.items():
+        by_reason.setdefault(text, []).append(f"{backend} {phase} {n}")
+    notes = [f"{policy.file}: known gap, routes to a backend that cannot run them ({', '.join(routes)}): {text}"
+             for text, routes in by_reason.items()]
+    return out, notes
+
+
+def _admitting_check(policy, gates, phase: str, backend: str, env: dict):
+    """The first per-phase allow-list check that applies to this phase and whose allowed set holds
+    the backend (the allow-list that admits the user's choice), or None."""
+    user_set = {ph: env[spec.input] is not None for ph, spec in policy.phases.items()}
+    scope = dict(env, backend=backend, phase=phase)
+    scope.update({ph: env[spec.input] for ph, spec in policy.phases.items()})
+    if not policy.stages["checks"].when.eval(scope, user_set):
+        return None
+    for rule in gates:
+        if rule.when.eval(scope, user_set) and backend in rule.allowed.lookup(scope):
+            return rule
+    return None
+
+
+def _row_path(table, env: dict):
+    """The YAML path of the row of `table` (nested tables followed) that applies to `env`."""
+    while table is not None:
+        value = env.get(table.key)
+        if value in table.rows:
+            row, path = table.rows[value], table.path + ("rows", _row_text(value))
+        else:
+            row, path = table.otherwise, table.path + ("otherwise",)
+        if not isinstance(row, Table):
+            return path
+        table = row
+    return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from engine.analysis.domain import coords, size, strides
 from engine.values import show as _show
 
-CLASSES = ("newly_accepted", "newly_rejected", "backend_changed", "message_changed", "log_changed")
+CLASSES = ("newly_accepted", "newly_rejected", "backend_changed", "message_changed", "log_changed", "scope_changed")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Outcome:
     log: tuple
     message: str | None  # first violation's message, or the config error
     check: str | None  # first violation's rule name, or the config error's code
+    scope: object = None  # why the config is out of the version's scope (None: in scope; ...: unknown)
 
     @property
     def accepted(self) -> bool:
@@ -32,9 +33,10 @@ def outcome_of(decision) -> Outcome:
     values = tuple((name, value) for name, value in zip(p.input_names, decision.values)
                    if p.inputs[name].phase is None)
     backends = tuple(decision.backends.items())
+    why = None if decision.in_scope else decision.out_of_scope["why"]
     if not decision.ok:
-        return Outcome("rejected", values, backends, tuple(decision.log), decision.error, decision.failed_check)
-    return Outcome("ok", values, backends, tuple(decision.log), None, None)
+        return Outcome("rejected", values, backends, tuple(decision.log), decision.error, decision.failed_check, why)
+    return Outcome("ok", values, backends, tuple(decision.log), None, None, why)
 
 
 def outcome_of_error(exc) -> Outcome:
@@ -46,15 +48,22 @@ def outcome_of_record(d: dict) -> Outcome:
     """From a decision's JSON form (as recorded by --record)."""
     backends = tuple((d.get("backends") or {}).items())
     # phase keys stay among the values: classify compares only inputs both sides resolved
-    values = tuple((k, v) for k, v in d.items() if k not in _DECISION_KEYS)
+    na = set(d.get("not_applicable") or ()) if isinstance(d.get("not_applicable"), list) else set()
+    values = tuple((k, v) for k, v in d.items() if k not in _DECISION_KEYS and k not in na)
     viol = d.get("violations") or []
+    # a record from before decisions carried their scope: unknown (...), never compared
+    scope = d.get("out_of_scope") if d.get("in_scope") is False else None
+    why = ... if "in_scope" not in d else (None if d["in_scope"] is not False else
+                                           str(scope.get("why")) if isinstance(scope, dict) else "?")
     if d.get("ok"):
-        return Outcome("ok", values, backends, tuple(d.get("log") or ()), None, None)
+        return Outcome("ok", values, backends, tuple(d.get("log") or ()), None, None, why)
     first = viol[0] if viol else {"message": None, "check": None}
-    return Outcome("rejected", values, backends, tuple(d.get("log") or ()), first.get("message"), first.get("check"))
+    return Outcome("rejected", values, backends, tuple(d.get("log") or ()), first.get("message"), first.get("check"),
+                   why)
 
 
-_DECISION_KEYS = {"ok", "violations", "log", "sources", "policy", "backends", "line", "error"}
+_DECISION_KEYS = {"ok", "violations", "log", "sources", "policy", "backends", "line", "error", "in_scope",
+                  "out_of_scope", "not_applicable"}
 
 
 def classify(a: Outcome, b: Outcome) -> tuple[str | None, tuple]:
@@ -73,9 +82,11 @@ def classify(a: Outcome, b: Outcome) -> tuple[str | None, tuple]:
             return "backend_changed", changed
         if a.log != b.log:
             return "log_changed", ()
-        return None, ()
-    if a.message != b.message:
+    elif a.message != b.message:
         return "message_changed", (a.check, b.check)
+    if a.scope != b.scope and ... not in (a.scope, b.scope):  # the same answer, but one side does
+        # not model upstream's verdict
+        return "scope_changed", (a.scope, b.scope)
     return None, ()
 
 
@@ -89,6 +100,8 @@ def describe(cls: str, key: tuple) -> str:
     if cls == "message_changed":
         return f"rejected with another message ({key[0]} -> {key[1]})" if key[0] != key[1] else \
             f"rejected by {key[0]} with another message"
+    if cls == "scope_changed":
+        return ("now out of scope: " + key[1] if key[1] is not None else "now in scope (was out: " + key[0] + ")")
     return "accepted alike, different log lines"
 
 

@@ -50,12 +50,13 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
 
     per_row = 1 + sum(len(backends) for _, backends in slots)
     flat = itertools.chain.from_iterable(domain.results(policy, configs()))
-    offset = len(policy.written)  # compact results: (rewritten values + backends, log, first violation)
+    # compact results: (rewritten values + backends, log, first violation, leaves_out entry or None)
+    offset = len(policy.written)
     for done, combo in enumerate(itertools.product(*domains), 1):
         if progress is not None and not done % (PROGRESS_EVERY // 16):
             progress(done, size)
         got = list(itertools.islice(flat, per_row))
-        values, _, first = got[0]
+        values, _, first, scope = got[0]
         if first is None:
             defaults, rejected = values[offset:], None
         else:
@@ -65,7 +66,8 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
             allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
             at += len(backends)
         allowed = tuple(allowed)
-        key = (defaults, rejected, allowed)
+        why = None if scope is None else policy.upstream.leaves_out[scope][1]
+        key = (defaults, rejected, allowed, why)
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -74,7 +76,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
         progress(size, size)
     rows = []
     for key in order:
-        defaults, rejected, allowed = key
+        defaults, rejected, allowed, why = key
         for cube in minimize(groups[key], domains, disjoint=True):
             when = {name: values for name, values, op in _terms(cube, axes, domains)}
             rows.append({
@@ -82,6 +84,8 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
                 "defaults": dict(zip((ph for ph, _ in phases), defaults)) if defaults else None,
                 "rejected": rejected,
                 "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
+                "in_scope": why is None,
+                **({"out_of_scope": why} if why is not None else {}),
             })
     return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
             "rows": rows}
@@ -95,7 +99,9 @@ def _upstream_json(policy) -> dict | None:
                               ("commit", up.commit), ("pr", up.pr)) if v is not None}
     out["note"] = up.note
     if up.leaves_out:
-        out["leaves_out"] = [{"where": w, "why": y} for w, y in up.leaves_out]
+        words = {index: cond.words() for index, cond in policy.scope}
+        out["leaves_out"] = [dict({"where": w, "why": y}, **({"when": words[i]} if i in words else {}))
+                             for i, (w, y, _) in enumerate(up.leaves_out)]
     return out
 
 

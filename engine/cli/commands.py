@@ -60,7 +60,7 @@ def cmd_evaluate(argv) -> int:
     else:
         from engine.cli.decision_text import decision_text
 
-        print(decision_text(decision))
+        print(decision_text(decision, g.origins))
     return OK if decision.ok else VIOLATION
 
 
@@ -77,14 +77,14 @@ def cmd_explain(argv) -> int:
                         help="json: the stages, rules and results as data, and the decision")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
-    decision, trace = policy.trace(config)
+    g = combined(policy, layers_from_args(policy, ns, ns.config, launch))
+    decision, trace = policy.trace(g.config)
     from engine.cli.decision_text import explanation_json, explanation_text
 
     if ns.format == "json":
         emit_json(explanation_json(decision, trace))
     else:
-        print(explanation_text(decision, trace))
+        print(explanation_text(decision, trace, g.origins))
     return OK if decision.ok else VIOLATION
 
 
@@ -95,7 +95,7 @@ def cmd_check(argv) -> int:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="policy files or folders (default: the shipped policies)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-deep", dest="deep", action="store_false",
-                        help="skip the deep lint (L401-L406)")
+                        help="skip the deep lint (L401-L407)")
     ns = parser.parse_args(argv)
     from engine.analysis.check import check_paths
 

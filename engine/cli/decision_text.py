@@ -9,13 +9,22 @@ def config_line(policy, config: dict) -> str:
     return " ".join(f"{name}={show(config.get(name))}" for name in policy.input_names)
 
 
-def decision_text(d: Decision) -> str:
+def decision_text(d: Decision, origins: dict | None = None) -> str:
+    """`origins`: where each input came from (engine.sglang.given.Given.origins); with it, the
+    text says what the decision assumed about the machine and the model."""
     p = d.policy
     lines = []
+    scope = ""
+    if not d.in_scope:
+        upstream = p.upstream.label() if p.upstream else "upstream"
+        scope = f" (OUT OF SCOPE: {p.ref} does not model the verdict of {upstream} here)"
     if d.ok:
-        lines.append(f"ACCEPTED by {one_line(p.ref)}")
+        lines.append(f"ACCEPTED by {one_line(p.ref)}{scope}")
     else:
-        lines.append(f"REJECTED by {one_line(p.ref)}: {one_line(d.error)}")
+        lines.append(f"REJECTED by {one_line(p.ref)}: {one_line(d.error)}{scope}")
+    if not d.in_scope:
+        out = d.out_of_scope
+        lines.append(f"  out of scope: {one_line(out['why'])} ({one_line(out['where'])})")
     rules = {name: (line, stage) for name, line, stage in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
     column = max([16] + [len(show(b)) for b in d.backends.values()])  # the reasons aligned, whatever the backend
@@ -38,12 +47,21 @@ def decision_text(d: Decision) -> str:
         lines.append(f"  violation {v.check}{where} ({one_line(v.location)}): {one_line(v.message)}")
     for line in d.log:
         lines.append(f"  log: {one_line(line)}")
+    if origins is not None:
+        from engine.sglang.given import assumptions
+
+        groups: dict = {}  # origin -> "name=value" in input order, origins in order of first use
+        for name, value, origin in assumptions(p, d, origins):
+            shown_value = "not applicable" if value is None and name in d.not_applicable else show(value)
+            groups.setdefault(origin, []).append(f"{name}={shown_value}")
+        if groups:
+            lines.append("  assumed: " + one_line("; ".join(f"{', '.join(items)} ({origin})" for origin, items in groups.items())))
     lines.append(f"  policy: {one_line(p.ref)} {one_line(p.file)} sha256:{p.sha256[:12]}")
     return "\n".join(lines)
 
 
-def explanation_text(d: Decision, trace) -> str:
-    """`trace`: the interpret.Trace of the decision."""
+def explanation_text(d: Decision, trace, origins: dict | None = None) -> str:
+    """`trace`: the interpret.Trace of the decision; `origins` as for decision_text."""
     p = d.policy
     out = [f"Policy {one_line(p.ref)} ({one_line(p.file)}, sha256:{p.sha256[:12]})"
            + (f", models {one_line(p.upstream.label())}" if p.upstream else ""),
@@ -96,7 +114,7 @@ def explanation_text(d: Decision, trace) -> str:
         out.append(f"Evaluation stopped at {trace.stopped_by.name}: later stages did not run.")
     out.append("")
     out.append("Result:")
-    out.append(decision_text(d))
+    out.append(decision_text(d, origins))
     return "\n".join(out)
 
 

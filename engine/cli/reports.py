@@ -66,11 +66,12 @@ def _example_text(cls: str, ex: dict) -> str:
         return f"log {a[i] if i < len(a) else '(none)'!r}  =>  {b[i] if i < len(b) else '(none)'!r}"
 
     def side(s):
+        scope = " (out of scope)" if s.get("out_of_scope") else ""
         if s["status"] == "ok":
-            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
+            return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items()) + scope
         if s["status"] == "error":
             return f"invalid config ({s['check']}: {one_line(s['message'])})"
-        return f"rejected: {one_line(s['message'])}"
+        return f"rejected: {one_line(s['message'])}{scope}"
 
     return f"{side(ex['a'])}  =>  {side(ex['b'])}"
 
@@ -98,6 +99,11 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
     any_rejected = any(r["rejected"] is not None for r in result["rows"])
     head = axes + [f"{ph} default" for ph in phases] + [f"{ph} allowed" for ph in phases]
     head += ["rejected with"] if any_rejected else []
+    reasons: list = []  # why rows are out of scope, numbered in the "scope" column
+    for r in result["rows"]:
+        if not r.get("in_scope", True) and r["out_of_scope"] not in reasons:
+            reasons.append(r["out_of_scope"])
+    head += ["scope"] if reasons else []
     body = []
     for r in result["rows"]:
         cells = [_cell(r["when"].get(a)) for a in axes]
@@ -109,6 +115,8 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
                   for ph in phases]
         if any_rejected:
             cells.append(one_line(r["rejected"] or ""))
+        if reasons:
+            cells.append("in" if r.get("in_scope", True) else f"out ({reasons.index(r['out_of_scope']) + 1})")
         body.append(cells)
     fixed = ", ".join(f"{k}={show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
@@ -117,15 +125,18 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
+        if reasons:
+            lines.append("")
+        lines += [f"{i}. out of scope: {why}" for i, why in enumerate(reasons, 1)]
         return "\n".join(lines)
-    return _table_blocks(policy, result, axes, phases, title)
+    return _table_blocks(policy, result, axes, phases, title, reasons)
 
 
 TEXT_WIDTH = 100  # the plain table fits a terminal this wide
 _PHASE_COLUMN = 35  # widest phase value before it wraps (a backend name fits whole)
 
 
-def _table_blocks(policy, result: dict, axes: list, phases: list, title: str) -> str:
+def _table_blocks(policy, result: dict, axes: list, phases: list, title: str, reasons: list) -> str:
     """The plain table as one block per row, fitting TEXT_WIDTH: the inputs the row holds for
     (those equal in every row are said once, under the title), then each phase's default and
     allowed backends in aligned columns, or the message it is rejected with."""
@@ -148,6 +159,8 @@ def _table_blocks(policy, result: dict, axes: list, phases: list, title: str) ->
         lines.append("")
         conditions = [part for a in axes if a not in constant for part in _condition(r["when"].get(a), a)]
         lines += _fill(conditions or ["every config"])
+        if not r.get("in_scope", True):
+            lines.append(f"  out of scope ({reasons.index(r['out_of_scope']) + 1})")
         if r["rejected"] is not None:
             lines += _fill(["  rejected:"] + r["rejected"].split(), indent=" " * 12)
             continue
@@ -159,6 +172,11 @@ def _table_blocks(policy, result: dict, axes: list, phases: list, title: str) ->
                 for name, col in columns:
                     text += (name if n == 0 else " " * label) + (col[n] if n < len(col) else "").ljust(width + 2)
                 lines.append(text.rstrip())
+    if reasons:
+        lines.append("")
+    for i, why in enumerate(reasons, 1):
+        lines += _fill([f"out ({i}): not modelled here, upstream's verdict may differ:"] + one_line(why).split(),
+                       indent="  ")
     return "\n".join(lines)
 
 
@@ -221,6 +239,9 @@ def replay_text(result: dict) -> str:
         text = (f"{head}: {changed} of {result['total']} recorded decisions would change ("
                 + ", ".join(f"{c} {n}" for c, n in result["counts"].items() if n) + ")")
     lines = [text]
+    if result.get("out_of_scope"):
+        lines.append(f"out of scope: {result['out_of_scope']} of the {result['total']} decisions, re-evaluated, lie "
+                     f"outside what {head[len('replay against '):]} models (upstream's verdict may differ)")
     for g in result["groups"]:
         more = " ..." if g["count"] > len(g["lines"]) else ""
         lines.append(f"{g['class']} {g['count']}: {one_line(g['change'])} (lines {', '.join(map(str, g['lines'][:10]))}"

@@ -37,8 +37,9 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
     `probe`, `_probe(configs, sink, held, chosen)` instead, for whole-domain work: the same
     evaluation in a loop over `configs` (tuples of valid canonical values, in input order, so
     nothing is looked up or checked), calling for each config, with `count`,
-    sink((values, sources, log, violations)) and counting which rule conditions held and which
-    default was chosen; without, sink((rewritten values and backends, log, first violation)):
+    sink((values, sources, log, violations, scope)) and counting which rule conditions held and which
+    default was chosen; without, sink((rewritten values and backends, log, first violation,
+    scope)) (scope: the index of the leaves_out entry the config lies in, or None):
     the outcome as diff and table compare it (policy.written: the inputs rules rewrite)."""
     counting = probe and count
     e = _Emitter()
@@ -77,13 +78,26 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
     e.emit("log = pre or []")
     e.emit("viol = []")
+    # what the decision covers, read on the config as given: the first leaves_out entry whose
+    # condition holds (None: in scope), and the inputs whose `applies` does not hold
+    scope = getattr(policy, "scope", ())
+    e.emit("scope = None")
+    for n, (index, cond) in enumerate(scope):
+        e.emit(f"{'if' if n == 0 else 'elif'} {cond.py(var)}:")
+        e.emit(f"    scope = {index!r}")
+    e.emit("na = ()")
+    for name, cond in getattr(policy, "applies", {}).items():
+        e.emit(f"if not ({cond.py(var)}):")
+        e.emit(f"    na += ({name!r},)")
 
     parts = ("(" + "".join(f"{var[n]}, " for n in inputs) + "), ("
              + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol")
-    result = f"_Decision(_policy, {parts}, given)"
+    result = f"_Decision(_policy, {parts}, given, scope, na)"
+    if probe and count:
+        parts += ", scope"
     if probe and not count:  # only what tells outcomes apart, hashable as it is
         shown = [var[n] for n in policy.written] + [var[spec.input] for spec in policy.phases.values()]
-        parts = "(" + "".join(f"{v}, " for v in shown) + "), tuple(log), viol[0] if viol else None"
+        parts = "(" + "".join(f"{v}, " for v in shown) + "), tuple(log), viol[0] if viol else None, scope"
     # every way an evaluation ends is emitted from `finish`: the probe hands each result to the
     # sink and goes on with the next config (a `return` would end the whole loop)
     finish = [f"sink(({parts}))", "continue"] if probe else [f"return {result}"]

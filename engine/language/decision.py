@@ -31,17 +31,22 @@ class Decision:
     - `violations`: every failed check in order; the first is the error SGLang raises.
     - `log`: the log lines in order. `policy`: family, version, sha256 of the file.
     - `input`: the config as given (a read-only copy when the decision is shared).
+    - `in_scope`: whether the version models upstream's verdict for this config (False: the config
+      lies in a place its `upstream.leaves_out` names, and `out_of_scope` says which and why).
+    - `not_applicable`: the inputs that mean nothing for this config (their `applies` fails).
     """
 
-    __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input")
+    __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input", "_scope", "_na")
 
-    def __init__(self, policy, values: tuple, sources: tuple, log, raw, given):
+    def __init__(self, policy, values: tuple, sources: tuple, log, raw, given, scope=None, na=()):
         self._policy = policy
         self._values = values
         self._sources = tuple(sources)
         self._log = tuple(log)
         self._raw = tuple(raw)  # ((rule index into policy.rule_list, phase or None, message), ...)
         self._input = given
+        self._scope = scope  # index of the upstream.leaves_out entry the config lies in, or None
+        self._na = tuple(na)  # inputs whose `applies` condition does not hold for the config
 
     policy = property(lambda self: self._policy)
     input = property(lambda self: self._input)
@@ -77,6 +82,22 @@ class Decision:
                 for i, phase, msg in self._raw]
 
     @property
+    def in_scope(self) -> bool:
+        return self._scope is None
+
+    @property
+    def out_of_scope(self) -> dict | None:
+        """{"where": ..., "why": ...} of the leaves_out entry the config lies in, or None."""
+        if self._scope is None:
+            return None
+        where, why = self._policy.upstream.leaves_out[self._scope][:2]
+        return {"where": where, "why": why}
+
+    @property
+    def not_applicable(self) -> list:
+        return list(self._na)
+
+    @property
     def error(self) -> str | None:
         """The first violation's message: the error SGLang raises for this config."""
         return self._raw[0][2] if self._raw else None
@@ -89,24 +110,32 @@ class Decision:
     def with_input(self, given) -> "Decision":
         """The same decision for another spelling of the same config (the memo shares one
         decision among the configs that spell it alike)."""
-        return Decision(self._policy, self._values, self._sources, self._log, self._raw, given)
+        return Decision(self._policy, self._values, self._sources, self._log, self._raw, given, self._scope,
+                        self._na)
 
     def outcome(self) -> tuple:
         """A hashable summary for comparing decisions: ok, resolved values, log, messages."""
-        return (not self._raw, self._values, self._log, tuple(m for _, _, m in self._raw))
+        return (not self._raw, self._values, self._log, tuple(m for _, _, m in self._raw), self._scope)
 
     def __eq__(self, other):
         if not isinstance(other, Decision):
             return NotImplemented
         return self._policy is other._policy and self._values == other._values and \
-            self._sources == other._sources and self._log == other._log and self._raw == other._raw
+            self._sources == other._sources and self._log == other._log and self._raw == other._raw and \
+            self._scope == other._scope and self._na == other._na
 
     def __hash__(self):
-        return hash((id(self._policy), self._values, self._sources, self._log, self._raw))
+        return hash((id(self._policy), self._values, self._sources, self._log, self._raw, self._scope))
 
     def to_dict(self) -> dict:
-        out = {"ok": self.ok}
+        out = {"ok": self.ok, "in_scope": self.in_scope}
+        if self._scope is not None:
+            out["out_of_scope"] = self.out_of_scope
         out.update(self.config)
+        for name in self._na:  # an input that means nothing here is not reported with a value
+            out[name] = None
+        if self._na:
+            out["not_applicable"] = list(self._na)
         for ph, _ in self._policy.phase_slots:  # deprecated spellings of phase keys, e.g. nsa_*
             for alias in self._policy.phase_key_aliases.get(ph, ()):
                 out.setdefault(alias, self.backends[ph])
@@ -119,5 +148,7 @@ class Decision:
 
     def __repr__(self) -> str:
         state = "ok" if self.ok else f"rejected: {self.error}"
+        if self._scope is not None:
+            state += " (out of scope)"
         p = self._policy
         return f"<Decision {p.family}@{p.version} {state} backends={self.backends}>"

@@ -108,7 +108,7 @@ class Upstream(Record):
                  pr: int | None = None, note: str = "", leaves_out: tuple = ()):
         # releases: the exact release strings modelled, in order ("0.5.15" does not cover "0.5.15.post1")
         for name, value in zip(self.FIELDS, (project, tuple(releases), commit, pr, note, leaves_out)):
-            object.__setattr__(self, name, value)  # leaves_out: ((where, why), ...)
+            object.__setattr__(self, name, value)  # leaves_out: ((where, why, has a when), ...)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Upstream is immutable: cannot set {name!r}")
@@ -135,13 +135,19 @@ class Upstream(Record):
 
     def left_out(self, where: str | None) -> str | None:
         """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
+        entry = self.left_out_entry(where)
+        return None if entry is None else entry[1]
+
+    def left_out_entry(self, where: str | None) -> tuple | None:
+        """The leaves_out entry (where, why, has a when) whose place `where` ("path/file.py:LINE
+        function") lies in, or None."""
         if not where:
             return None
         path, _, rest = where.partition(":")
         func = rest.split(" ", 1)[1] if " " in rest else ""
-        for place, why in self.leaves_out:
-            p_path, _, p_func = place.partition(":")
+        for entry in self.leaves_out:
+            p_path, _, p_func = entry[0].partition(":")
             # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
             if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
-                return why
+                return entry
         return None

@@ -70,10 +70,14 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
             out.update(extra)
         return out
 
+    # what the decision covers, read on the config as given (before any rule rewrites it)
+    scope = next((index for index, cond in policy.scope if cond.eval(env, user_set)), None)
+    na = tuple(name for name, cond in policy.applies.items() if not cond.eval(env, user_set))
+
     def finish() -> Decision:
         values = tuple(env[name] for name in policy.input_names)
         return Decision(policy, values, tuple(sources[ph] for ph in phases), log, raw,
-                        cfg if given is None else given)
+                        cfg if given is None else given, scope, na)
 
     def stage_on(stage) -> bool:
         holds = stage.when.eval(env, user_set)

@@ -8,7 +8,7 @@ import re
 
 from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
 from engine.errors import PolicyError, Problem
-from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
+from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from engine.files.document import Document
@@ -22,7 +22,7 @@ from engine.values import kind, shown, typed
 # per-phase checks, and the keys of a decision's JSON form
 RESERVED = frozenset(COMBINATORS) | {
     "backend", "phase", "allowed", "ok", "violations", "log", "sources", "policy", "config",
-    "error", "line", "input", "backends",
+    "error", "line", "input", "backends", "in_scope", "out_of_scope", "not_applicable",
 }
 STAGES = ("resolve", "defaults", "checks")
 # options of the `hisparse` commands themselves (a test checks every command's parser against
@@ -80,6 +80,10 @@ class Parts:
         self.phases: dict[str, PhaseSpec] = {}
         self.tables: dict[str, Table] = {}
         self.stages: dict[str, Stage] = {}
+        # the leaves_out entries that say which configs reach them: (entry index, condition)
+        self.scope: list[tuple[int, object]] = []
+        self.applies: dict[str, object] = {}  # input -> where it means something (inputs[].applies)
+        self.capabilities: dict[str, Capability] = {}
 
 
 class Builder:
@@ -102,7 +106,8 @@ class Builder:
             u = d["upstream"]
             p.upstream = Upstream(u["project"], tuple(u.get("releases") or ()), u.get("commit"), u.get("pr"),
                                   " ".join(u["note"].split()),
-                                  tuple((x["where"], " ".join(x["why"].split())) for x in u.get("leaves_out") or ()))
+                                  tuple((x["where"], " ".join(x["why"].split()), "when" in x)
+                                        for x in u.get("leaves_out") or ()))
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
         self._inputs(d["inputs"])
         self._phases(d["phases"])
@@ -114,7 +119,42 @@ class Builder:
         seen: dict[str, tuple] = {}
         for stage in STAGES:
             p.stages[stage] = self._stage(stage, d[stage], seen)
+        self._scope_conditions(d)
+        for name, raw in (d.get("capabilities") or {}).items():
+            self._capability(name, raw, ("capabilities", name))
         return p
+
+    # -- what a decision covers, what a backend runs -----------------------------------------
+    def _scope_conditions(self, d: dict):
+        """leaves_out[].when and inputs[].applies: conditions on the config as given."""
+        for i, entry in enumerate((d.get("upstream") or {}).get("leaves_out") or ()):
+            if "when" in entry:
+                self.parts.scope.append((i, self.cond(entry["when"], ("upstream", "leaves_out", i, "when"))))
+        for name, spec in d["inputs"].items():
+            if "applies" in spec:
+                self.parts.applies[name] = self.cond(spec["applies"], ("inputs", name, "applies"))
+
+    def _capability(self, backend: str, raw: dict, path: tuple):
+        if backend not in self.parts.backends:
+            self.problem("E303", f"capabilities of unknown backend '{backend}'", path, key=True,
+                         hint=did_you_mean(backend, self.parts.backends))
+            return
+
+        def entries(key):
+            out = []
+            for i, item in enumerate(raw.get(key) or ()):
+                ipath = path + (key, i)
+                phases = tuple(item.get("phases") or self.parts.phases)
+                for j, ph in enumerate(item.get("phases") or ()):
+                    if ph not in self.parts.phases:
+                        self.problem("E304", f"unknown phase '{ph}'", ipath + ("phases", j),
+                                     hint=did_you_mean(ph, self.parts.phases))
+                out.append(CapabilityEntry(phases, self.cond(item.get("when"), ipath + ("when",)),
+                                           " ".join((item.get("why") or item.get("note") or "").split()), ipath))
+            return tuple(out)
+
+        self.parts.capabilities[backend] = Capability(backend, entries("runs"), entries("known_gaps"),
+                                                      " ".join(raw["source"].split()), path)
 
     def _placement(self):
         """A file named v<N>.yaml inside a folder must be version N of the family of that name."""

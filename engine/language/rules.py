@@ -79,3 +79,51 @@ class Stage:
     rules: list
     description: str = ""
     path: tuple = ()
+
+
+@dataclass
+class CapabilityEntry:
+    """One entry of a backend's `runs` or `known_gaps`: the phases it covers and a condition on
+    the resolved config; `text`: a gap's why (or a run's note)."""
+
+    phases: tuple
+    when: Cond
+    text: str = ""
+    path: tuple = ()
+
+    def covers(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
+        return phase in self.phases and self.when.eval(env, _UserSet(user_set or {}))
+
+
+@dataclass
+class Capability:
+    """What a backend can run (the policy's `capabilities`): it runs (phase, config) when an entry
+    of `runs` covers it; `gaps` are configs upstream routes to it anyway."""
+
+    backend: str
+    runs: tuple
+    gaps: tuple
+    source: str = ""
+    path: tuple = ()
+
+    def can_run(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
+        return any(e.covers(phase, env, user_set) for e in self.runs)
+
+    def gap(self, phase: str, env: dict, user_set: dict | None = None):
+        """The known gap that covers (phase, config), or None. `user_set`: phase -> whether the
+        user set its backend (a gap may hold only for a user's choice); unknown phases: not set."""
+        return next((e for e in self.gaps if e.covers(phase, env, user_set)), None)
+
+    def words(self, phase: str) -> str:
+        """Where it runs in `phase`, in words (for a lint problem)."""
+        conds = [e.when.words() for e in self.runs if phase in e.phases]
+        if not conds:
+            return f"{self.backend} does not run the {phase} phase"
+        return f"{self.backend} runs {phase} only where " + " or ".join(f"({c})" for c in conds)
+
+
+class _UserSet(dict):
+    """Whether the user set each phase's backend; a phase not given was not set."""
+
+    def __missing__(self, key):
+        return False

@@ -31,6 +31,9 @@ class Policy:
         self.phases = parts.phases
         self.tables = parts.tables
         self.stages = parts.stages
+        self.scope = parts.scope  # ((leaves_out index, condition), ...): see Decision.in_scope
+        self.applies = parts.applies
+        self.capabilities = parts.capabilities
         self.file = file  # as shown in messages
         self.path = path or file  # where it was read from
         self.sha256 = sha256

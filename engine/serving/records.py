@@ -183,8 +183,15 @@ def record_problem(rec) -> str | None:
             isinstance(v, dict) and isinstance(v.get("message"), (str, type(None)))
             and isinstance(v.get("check"), (str, type(None))) for v in violations):
         return "decision.violations: expected a list of objects with string 'check' and 'message'"
+    scope = d.get("out_of_scope")
+    if scope is not None and not (isinstance(scope, dict) and all(isinstance(scope.get(k), str) for k in ("where", "why"))):
+        return "decision.out_of_scope: expected an object with string 'where' and 'why'"
+    na = d.get("not_applicable", [])
+    if not isinstance(na, list) or not all(isinstance(x, str) for x in na):
+        return "decision.not_applicable: expected a list of input names"
     for key, value in d.items():
-        if key not in ("backends", "log", "violations", "sources", "policy") and not isinstance(value, _SCALARS):
+        if key not in ("backends", "log", "violations", "sources", "policy", "out_of_scope", "not_applicable") \
+                and not isinstance(value, _SCALARS):
             return f"decision.{clip(key)}: expected a string, number, boolean or null, got {kind(value)}"
     if "policy" in rec and not isinstance(rec["policy"], (dict, type(None))):
         return f"policy: expected an object, got {kind(rec['policy'])}"
@@ -196,7 +203,7 @@ def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECO
     counts = dict.fromkeys(CLASSES, 0)
     groups: dict = {}
     problems: list[Problem] = []
-    total = 0
+    total = out_of_scope = 0
     for number, rec, problem in read_records(path, max_records):
         if problem is not None:
             problems.append(problem)
@@ -207,6 +214,7 @@ def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECO
             new = outcome_of(policy.evaluate(config_of(policy, rec["input"])[0]))
         except ConfigError as exc:
             new = outcome_of_error(exc)
+        out_of_scope += new.scope is not None
         cls, key = classify(old, new)
         if cls is None:
             continue
@@ -223,6 +231,7 @@ def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECO
         "policy": policy.identity(),
         "equivalent": not any(counts.values()),
         "total": total,
+        "out_of_scope": out_of_scope,  # re-evaluated decisions outside what the policy models
         "counts": counts,
         "groups": ordered,
         "examples": [g["example"] for g in ordered][:max_examples * len(CLASSES)],
@@ -231,7 +240,8 @@ def replay(path: str, policy, max_examples: int = 3, max_records: int = MAX_RECO
 
 
 def _said(o) -> str:
+    scope = " (out of scope)" if o.scope is not None and o.scope is not ... else ""
     if o.accepted:
-        return "accepted " + " ".join(f"{k}={v}" for k, v in o.backends)
-    return ("invalid config: " if o.status == "error" else "rejected: ") + str(o.message)
+        return "accepted " + " ".join(f"{k}={v}" for k, v in o.backends) + scope
+    return ("invalid config: " if o.status == "error" else "rejected: ") + str(o.message) + scope
 

@@ -33,6 +33,15 @@ OPTIONS = {
                          "host_to_device_ratio": "hisparse_host_to_device_ratio"}),
 }
 _OPTION_OF = {k: primary for primary, (aliases, _) in OPTIONS.items() for k in (primary,) + aliases}
+# every key SGLang 0.5.23 reads from the option (srt/mem_cache/sparsity/factory.py:_parse_sparse_config);
+# it passes any other key on unread, so a misspelt one is worth a note
+OPTION_KEYS = {
+    "hisparse-config": ("top_k", "device_buffer_size", "host_to_device_ratio", "swap_in_block_size", "algorithm",
+                        "backend", "min_sparse_prompt_len", "page_size"),
+}
+# inputs that describe the machine and the model rather than a flag: text output says what each
+# decision assumed for them, and where that came from
+ENVIRONMENT = ("platform", "sm_major", "sm_minor", "dsa_model", "model_family")
 
 # characters a word processor or chat puts where a hyphen-minus belongs
 DASHES = frozenset("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d")
@@ -183,15 +192,18 @@ def _json_object(key, value, file):
 
 
 class Given(Record):
-    """Layers combined: the config for the policy, the notes, and what the user gave."""
+    """Layers combined: the config for the policy, the notes, what the user gave, and where each
+    input of the config came from (input -> text, e.g. "given: the command line"; an input
+    missing there takes the policy's default)."""
 
-    FIELDS = ("config", "notes", "given")
+    FIELDS = ("config", "notes", "given", "origins")
     __slots__ = FIELDS
 
-    def __init__(self, config: dict, notes: list, given: dict):
+    def __init__(self, config: dict, notes: list, given: dict, origins: dict | None = None):
         self.config = config
         self.notes = notes
         self.given = given  # one mapping that reads back into the same config: what a record keeps
+        self.origins = {} if origins is None else origins
 
 
 def combine(policy, layers) -> Given:
@@ -201,7 +213,10 @@ def combine(policy, layers) -> Given:
     options: dict = {}  # option -> (key, object)
     model = None
     notes: list[str] = []
+    origins: dict = {}
     for layer in layers:
+        where = f" ({layer.source})" if layer.source else ""
+        origin = f"given: {layer.source}" if layer.source else "given"
         for group, (key, obj) in layer.options.items():  # an option is replaced whole
             for name in OPTIONS[group][1].values():
                 if name in final and final[name][2] == group:
@@ -210,8 +225,11 @@ def combine(policy, layers) -> Given:
             for json_key, name in OPTIONS[group][1].items():
                 if json_key in obj and name in policy.inputs:
                     final[name] = (name, obj[json_key], group)
+                    origins[name] = f"{origin}, {key}"
+            notes += _unread_keys(group, key, obj, where)
         for name, (key, value) in layer.inputs.items():
             final[name] = (key, value, None)
+            origins[name] = origin
         if layer.model is not None:
             model = layer.model
         if layer.ignored:
@@ -224,9 +242,11 @@ def combine(policy, layers) -> Given:
 
         decided, more = model_inputs(policy, model[1])
         notes += more
+        how = model_source(model[1])
         for name, value in decided.items():
             if name not in final:  # given explicitly, an input beats what the model path says
                 config[name] = value
+                origins[name] = how
     given = {key: value for key, value, origin in final.values() if origin is None}
     for group, (key, obj) in options.items():
         beaten = {json_key for json_key, name in OPTIONS[group][1].items()
@@ -234,7 +254,51 @@ def combine(policy, layers) -> Given:
         given[key] = {k: v for k, v in obj.items() if k not in beaten}
     if model is not None:
         given[model[0]] = model[1]
-    return Given(config, notes, given)
+    return Given(config, notes, given, origins)
+
+
+def _unread_keys(group: str, key: str, obj: dict, where: str) -> list[str]:
+    """A note per key of an SGLang JSON option that SGLang does not read (it passes them on
+    unread), with did-you-mean."""
+    known = OPTION_KEYS.get(group)
+    if known is None:
+        return []
+    out = []
+    for k in obj:
+        if k not in known:
+            hint = did_you_mean(str(k), known, list_if_none=False)
+            out.append(f"{key}{where}: SGLang does not read the key {shown(k)}" + (f"; {hint}" if hint else
+                       f" (it reads {', '.join(known)})"))
+    return out
+
+
+def model_source(model_path: str) -> str:
+    """Where the model's inputs were read from, in words."""
+    from engine.sglang.models import identify
+
+    try:
+        model = identify(model_path)
+    except ConfigError:
+        return f"read from {model_path}"
+    return f"read from {model.how}"
+
+
+def assumptions(policy, decision, origins: dict) -> list[tuple[str, object, str]]:
+    """(input, value, where it came from) for each input of ENVIRONMENT the policy declares: what
+    the decision assumed about the machine and the model. An input the decision reports as not
+    applicable says so."""
+    config = decision.config
+    out = []
+    na = set(decision.not_applicable)
+    for name in ENVIRONMENT:
+        if name not in policy.inputs:
+            continue
+        if name in na:
+            out.append((name, None, f"it applies only where {policy.applies[name].words()}"))
+            continue
+        origin = (origins or {}).get(name, "the policy's default")
+        out.append((name, config[name], origin))
+    return out
 
 
 def config_of(policy, data, source: str = "") -> tuple[dict, list[str]]:

@@ -105,6 +105,23 @@ def _from_config(path: str) -> Model:
     return Model(False, None, how + ("" if arch not in DSA_ARCHITECTURES else " without index_topk"))
 
 
+def looks_local(model_path: str) -> bool:
+    """Whether a model path is written as a local path rather than a hub name (`name` or
+    `org/name`): it starts with /, ./, ../ or ~, or has more than one separator."""
+    if model_path.startswith(("/", "./", "../", "~", ".\\", "..\\")):
+        return True
+    return model_path.count("/") > 1 or (os.sep != "/" and os.sep in model_path)
+
+
+def missing_folder_note(model_path: str) -> str | None:
+    """A note when a model path looks local but names no folder (it is then read as a hub name,
+    as SGLang would try to download it)."""
+    if looks_local(model_path) and not os.path.exists(model_path):
+        return (f"{model_path}: no such file or folder; it looks like a local path, so it is read as a hub "
+                "name (by the name table), as SGLang would try to download it")
+    return None
+
+
 def model_is_dsa(model_path: str) -> bool | None:
     """True / False when the model path names a known family, None when it cannot tell."""
     return identify(model_path).dsa
@@ -122,6 +139,9 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
     notes: list[str] = []
     if "dsa_model" not in policy.inputs and "model_family" not in policy.inputs:
         return out, notes
+    missing = missing_folder_note(model_path)
+    if missing:
+        notes.append(missing)
     model = identify(model_path)
     if model.dsa and model.family in DSA_SINCE and _before(policy, DSA_SINCE[model.family]):
         notes.append(f"{model_path} ({model.how}) counts as DSA only from SGLang {DSA_SINCE[model.family]} "

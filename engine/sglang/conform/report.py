@@ -4,7 +4,8 @@ Per config, the policy side and the SGLang side agree when they agree on accepta
 accepted config, on the resolved KV dtype and both backends; for a rejected one, on the first
 violation's message against the exception's text; and, either way, on the routing log lines in
 order (for a rejected config, the lines logged before the raise). A config SGLang rejects at a
-place the policy declares it leaves out (`upstream.leaves_out`) is out of scope, counted apart.
+place the policy declares it leaves out (`upstream.leaves_out`), and that the decision itself says
+is out of scope (Decision.in_scope, from the same entries' `when`), is out of scope, counted apart.
 Differences are grouped by what differs, and each group is reduced to a few patterns over the
 inputs, as `diff` does."""
 from __future__ import annotations
@@ -41,6 +42,20 @@ def differing(ours: dict, theirs: dict) -> list[str]:
     if ours["log"] != theirs["log"]:
         out.append("log")
     return out
+
+
+def _out_of_scope(policy, decision, result) -> str | None:
+    """Why a config on which the two sides differ is out of scope, or None (a difference). SGLang
+    must have refused it at a place the version leaves out, and the decision must say it is out of
+    scope: the same `leaves_out` data decides both, so conform and evaluate never disagree. (An
+    entry without `when` names a place only: a refusal there counts as out of scope, as no
+    decision can say which configs reach it.)"""
+    entry = policy.upstream.left_out_entry(result.where) if policy.upstream and not result.ok else None
+    if entry is None:
+        return None
+    if not decision.in_scope:
+        return entry[1]
+    return None if entry[2] else entry[1]
 
 
 def _function(where: str | None) -> str:
@@ -160,7 +175,7 @@ def compare(policy, configs: list[dict], cases: list, results: list, sampled: bo
         if not diff:
             counts["agree"] += 1
             continue
-        why = policy.upstream.left_out(result.where) if policy.upstream and not result.ok else None
+        why = _out_of_scope(policy, decision, result)
         if why is not None:
             counts["out_of_scope"] += 1
             key = ("out_of_scope", _function(result.where), why)
