@@ -46,10 +46,10 @@ def driver():
     version, reason = drivers.installed_sglang()
     if version != "0.5.23":
         pytest.skip(f"needs SGLang 0.5.23: {reason}")
-    from engine.sglang.conform import sglang_0523
+    from engine.sglang.conform import pipeline
 
-    sglang_0523.load()
-    return sglang_0523
+    pipeline.load()
+    return pipeline
 
 
 def source_line(where: str) -> str:
@@ -277,7 +277,7 @@ def test_forked_workers_give_the_in_process_results(driver):
 
 def test_installed_sglang_finds_the_driver(driver):
     version, reason = drivers.installed_sglang()
-    assert version == "0.5.23" and "engine.sglang.conform.sglang_0523" in reason
+    assert version == "0.5.23" and "engine.sglang.conform.pipeline" in reason
     assert drivers.resolve(None).VERSION == "0.5.23"
 
 
@@ -518,4 +518,4 @@ def test_install_pins_agree():
         makefile = fh.read()
     assert re.search(r"^SGLANG \?= sglang==0\.5\.23$", makefile, re.M)
     assert "--no-deps $$($(CONFORM_DEPS)) $(SGLANG)" in makefile
-    assert drivers.DRIVERS["0.5.23"] == "engine.sglang.conform.sglang_0523"
+    assert drivers.DRIVERS["0.5.23"] == "engine.sglang.conform.pipeline"

@@ -40,10 +40,10 @@ H = ["--enable-hisparse", "--disable-radix-cache"]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from engine.sglang.conform import sglang_0523
+    from engine.sglang.conform import pipeline
     from engine.sglang.conform.model_folders import ModelFolders
 
-    sglang_0523.import_sglang()
+    pipeline.import_sglang()
     return ModelFolders(str(tmp_path_factory.mktemp("models")))
 
 
@@ -236,7 +236,7 @@ def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_pass
     SGLang's dtype and backends (a refusal declares less: the policy decides in one step)."""
     import itertools
 
-    from engine.sglang.conform import sglang_0523
+    from engine.sglang.conform import pipeline
     from engine.sglang.conform.protocol import Case
 
     cases = []
@@ -247,9 +247,9 @@ def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_pass
         argv = ["--kv-cache-dtype", kv] + (H if hisparse else []) + (
             ["--dsa-prefill-backend", prefill] if prefill else [])
         cases.append(Case(tuple(argv), arch, platform, cap))
-    native = [sglang_0523.run_case(c) for c in cases]
+    native = [pipeline.run_case(c) for c in cases]
     dsa_passes(resolution_step("dsa-backends@10"))
-    routed = [sglang_0523.run_case(c) for c in cases]
+    routed = [pipeline.run_case(c) for c in cases]
     assert sum(r.ok for r in native) and sum(not r.ok for r in native)
     for case, a, b in zip(cases, native, routed):
         assert (b.ok, b.error_type, b.message) == (a.ok, a.error_type, a.message), case

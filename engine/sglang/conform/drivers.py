@@ -19,7 +19,7 @@ from engine.errors import EngineError
 DRIVERS: dict[str, str] = {
     "0.5.11": "engine.sglang.conform.sglang_0511",  # environments: tools/sglang-env.sh (docs/conform.md)
     "0.5.12": "engine.sglang.conform.sglang_0512",
-    "0.5.23": "engine.sglang.conform.sglang_0523",
+    "0.5.23": "engine.sglang.conform.pipeline",
 }
 
 INSTALL_HINT = ("install it with `make install` (the conform step installs sglang==0.5.23 with "
