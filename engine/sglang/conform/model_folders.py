@@ -27,6 +27,29 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
 }
 
 
+# the model_type of an architecture whose config class neither transformers nor SGLang has (GLM-5.3-
+# Flash under transformers 5.12.1 with SGLang 0.5.13-0.5.19): its config.json is written as plain
+# JSON, so that SGLang meets the model as an operator's checkpoint and gives its own start-up error
+MODEL_TYPES = {"Glm5NextForConditionalGeneration": "glm5_next"}
+
+
+def config_class(name: str):
+    """transformers' config class of that name, else SGLang's own (`sglang.srt.configs`: 0.5.20
+    ships Glm5NextConfig, which transformers 5.12.1 lacks), else None."""
+    import importlib
+
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except (AttributeError, ImportError):
+        pass
+    try:
+        return getattr(importlib.import_module("sglang.srt.configs"), name, None)
+    except ImportError:
+        return None
+
+
 def known_architectures() -> list[str]:
     return sorted(ARCHITECTURES)
 
@@ -73,12 +96,18 @@ class ModelFolders:
         final = os.path.join(self.root, f"{architecture}-{digest}")
         if os.path.isfile(os.path.join(final, "config.json")):
             return final
-        import transformers
-
-        config = getattr(transformers, ARCHITECTURES[architecture][0])(architectures=[architecture],
-                                                                      **fields)
+        cls = config_class(ARCHITECTURES[architecture][0])
         partial = tempfile.mkdtemp(prefix=".partial-", dir=self.root)
-        config.save_pretrained(partial)
+        if cls is not None:
+            cls(architectures=[architecture], **fields).save_pretrained(partial)
+        elif architecture in MODEL_TYPES:
+            with open(os.path.join(partial, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump({"architectures": [architecture], "model_type": MODEL_TYPES[architecture],
+                           **fields}, fh, indent=2, sort_keys=True)
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise ValueError(f"no config class {ARCHITECTURES[architecture][0]} for {architecture} "
+                             "in transformers or SGLang")
         try:
             os.rename(partial, final)
         except OSError:  # another worker got there first

@@ -6,7 +6,12 @@ installed next to it; no DSA/HiSparse routing code calls torchvision. The stub a
 `torchvision.*` import with an empty module whose attributes are more such modules (callable,
 returning themselves). It is installed only when no working torchvision is importable, and only
 after transformers has recorded that torchvision is absent, so transformers never picks a
-torchvision code path because of it."""
+torchvision code path because of it.
+
+With it comes a stand-in for transformers' `AutoImageProcessor` where transformers (5.6.0, 5.12.1)
+answers it, without torchvision, with a placeholder that raises on `.register`: `srt/configs/*` of
+SGLang 0.5.11-0.5.20 call `AutoImageProcessor.register` at import. The stand-in's `register` does
+nothing (no routing code reads image processors); transformers 5.19.0 keeps its own."""
 from __future__ import annotations
 
 import importlib.abc
@@ -44,6 +49,25 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__conform_stub__ = True
 
 
+class NoImageProcessors:
+    """Stands in for transformers' AutoImageProcessor where it is unusable without torchvision."""
+
+    @staticmethod
+    def register(*args, **kwargs):
+        return None
+
+
+def _image_processors() -> None:
+    # processing_utils first: in transformers 5.6.0 importing it replaces sys.modules["transformers"]
+    import transformers.processing_utils  # noqa: F401
+
+    module = sys.modules["transformers"]
+    try:
+        module.AutoImageProcessor.register  # noqa: B018  (a placeholder raises here)
+    except ImportError:
+        module.AutoImageProcessor = NoImageProcessors
+
+
 def installed() -> bool:
     return any(isinstance(f, _Finder) for f in sys.meta_path)
 
@@ -64,5 +88,6 @@ def install() -> bool:
     # transformers caches these answers; ask before the stub exists so they stay False
     import_utils.is_torchvision_available()
     import_utils.is_torchvision_v2_available()
+    _image_processors()
     sys.meta_path.insert(0, _Finder())
     return True
