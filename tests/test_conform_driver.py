@@ -504,9 +504,10 @@ def test_platform_facts_are_consistent():
 
 
 def test_model_fields_merge_nested_defaults():
-    assert config_fields(GLM5_NEXT) == {"text_config": {"index_kpool": 4}}
+    indexer = {"index_kpool": 4, "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32}
+    assert config_fields(GLM5_NEXT) == {"text_config": indexer}
     assert config_fields(GLM5_NEXT, (("text_config", {"index_topk": 512}),)) == {
-        "text_config": {"index_kpool": 4, "index_topk": 512}}
+        "text_config": dict(indexer, index_topk=512)}
     assert config_fields(V3, (("index_topk", 2048),)) == {"index_topk": 2048}
 
 

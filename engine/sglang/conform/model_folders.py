@@ -20,8 +20,11 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "GlmMoeDsaForCausalLM": ("GlmMoeDsaConfig", {}),  # GLM-5, index_topk 2048: DSA
     # GLM-5.3-Flash. transformers' default index_kpool 16 makes SGLang pick page size 64*16 = 1024,
     # which fails the bare mamba-track-interval assert (interval 256) whenever the radix cache is
-    # on; the published checkpoints use 4.
-    "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {"index_kpool": 4}}),
+    # on; the published checkpoints use 4. The indexer fields are written out (transformers 5.19's
+    # defaults, the checkpoints' values): SGLang 0.5.20's own Glm5NextConfig, used where
+    # transformers has none, defaults index_topk to None, which is not a DSA model.
+    "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {
+        "index_kpool": 4, "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32}}),
     "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
     "LlamaForCausalLM": ("LlamaConfig", {}),
 }
