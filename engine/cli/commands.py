@@ -128,8 +128,13 @@ def cmd_diff(argv) -> int:
     from engine.cli.reports import diff_text
     from engine.policy.loader import load_policy
 
-    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
-                  progress=Progress("diff: configs", 0))
+    from engine.cli.versions import side_labels
+
+    a, b = load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir)
+    result = diff(a, b, where=ns.where, progress=Progress("diff: configs", 0))
+    for side, label in zip("ab", side_labels(ns.a, ns.b, a, b)):
+        if label:  # a side named by release, or two sides of one version
+            result[side]["label"] = label
     if ns.format == "json":
         emit_json(result)
     else:
@@ -239,6 +244,12 @@ def _conform_policy(ns, load_policy):
     return policy
 
 
+def cmd_versions(argv) -> int:
+    from engine.cli.versions import cmd_versions as run
+
+    return run(argv)
+
+
 def cmd_conform(argv) -> int:
     parser = Parser(prog="hisparse conform",
                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
@@ -304,6 +315,7 @@ COMMANDS = {
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
+    "versions": (cmd_versions, "every SGLang release, the policy version that models it, its conformance"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
 }
 
