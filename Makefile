@@ -44,11 +44,13 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
 
-# `make conform-env SGLANG=0.5.11` (or 0.5.12): a virtual environment of its own running that
-# release's routing code for `hisparse conform` (docs/conform.md); 0.5.23 is the one `install` adds
+# `make conform-env SGLANG=0.5.18 [ENVS=DIR]`: an environment running that release's routing code for
+# `hisparse conform` (docs/conform.md), outside this checkout: a base environment shared by the
+# releases of one transformers version (pins: tools/pins/), the release's wheel first on PYTHONPATH
 RELEASE = $(patsubst sglang==%,%,$(SGLANG))
+ENVS ?=
 conform-env:
-	bash tools/sglang-env.sh $(RELEASE) .venv-sglang-$(RELEASE)
+	bash tools/sglang-env.sh $(RELEASE) $(ENVS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

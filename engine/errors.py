@@ -43,6 +43,7 @@ CODES: dict[str, tuple[str, str]] = {
     "L403": ("self-contradiction", "a default that the policy's own checks reject"),
     "L404": ("empty-allowed", "an allowed-backend set that is empty"),
     "L405": ("unused-input", "a declared input that no rule reads"),
+    "L406": ("deprecated-notice", "a deprecated flag whose notice does not name it"),
     # configs (what evaluate is asked about)
     "C501": ("unknown-key", "a config key the policy does not declare"),
     "C502": ("unknown-value", "a config value outside the input's domain"),

@@ -131,7 +131,7 @@ def test_file_placement_must_match_identity(capsys, tmp_path):
     assert "E312: family 'mini' in a folder named 'other'" in out
 
 
-@pytest.mark.parametrize("code", ["L401", "L402", "L403", "L404", "L405"])
+@pytest.mark.parametrize("code", ["L401", "L402", "L403", "L404", "L405", "L406"])
 def test_each_lint_code_has_a_fixture_that_triggers_only_it(capsys, code):
     (fixture,) = [f for f in os.listdir(BAD) if f.startswith(f"lint-{code}-")]
     path = os.path.join(BAD, fixture)
@@ -143,7 +143,7 @@ def test_each_lint_code_has_a_fixture_that_triggers_only_it(capsys, code):
     line_no = int(lines[0].split(":")[1])
     with open(path, encoding="utf-8") as fh:
         text = fh.read().splitlines()[line_no - 1]
-    assert text.strip().startswith(("- name:", "mxfp8:", "radix_cache:")), text
+    assert text.strip().startswith(("- name:", "mxfp8:", "radix_cache:", "--old-decode-backend:")), text
     # --no-deep skips the whole-domain lint
     assert run_cli(capsys, "check", "--no-deep", path)[0] == 0
 
@@ -152,3 +152,20 @@ def test_self_contradiction_names_a_counterexample(capsys):
     path = os.path.join(BAD, "lint-L403-self-contradiction.yaml")
     _, out, _ = run_cli(capsys, "check", path)
     assert "e.g. for kv_cache_dtype=bfloat16" in out and "got flashmla_kv" in out
+
+
+def test_an_accepted_finding_is_not_reported_and_only_that_code(capsys, tmp_path):
+    with open(os.path.join(BAD, "lint-L403-self-contradiction.yaml"), encoding="utf-8") as fh:
+        text = fh.read()
+    rule = "    - name: bf16\n"
+    assert text.count(rule) == 1
+    accepted = text.replace(rule, rule + "      accepts: {L403: upstream refuses its own default}\n")
+    rc, out, _ = run_cli(capsys, "check", write_policy(tmp_path, accepted))
+    assert rc == 0 and out == ""
+    other = text.replace(rule, rule + "      accepts: {L401: not this finding}\n")
+    rc, out, _ = run_cli(capsys, "check", write_policy(tmp_path, other, "other.yaml"))
+    assert rc == 2 and ": L403: default rule 'bf16'" in out
+    bad = text.replace(rule, rule + "      accepts: {L405: not rule-anchored}\n")
+    rc, out, _ = run_cli(capsys, "check", write_policy(tmp_path, bad, "bad.yaml"))
+    assert rc == 2 and ": E201: defaults.rules.1.accepts: 'L405' is not one of" in out
+    assert ": L403:" not in out  # the file is refused before any lint

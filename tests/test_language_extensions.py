@@ -460,7 +460,7 @@ def test_a_removed_flag_in_a_launch_command_config_file_or_batch_line_is_c501(go
     ("flags: [--size], removed_flags: {--old-size:", "flags: [--size, --old-size], removed_flags: {--old-size:",
      "--old-size"),
     ("flags: [--size], removed_flags: {--old-size:",
-     "flags: [--size], deprecated_flags: {--old-size: old}, removed_flags: {--old-size:", "--old-size"),
+     "flags: [--size], deprecated_flags: {--old-size: {log: old}}, removed_flags: {--old-size:", "--old-size"),
     ("removed_flags: {--old-size:", "removed_flags: {--size:", "--size"),  # a flag of the input
     ("flags: [--size], removed_flags: {--old-size:", "flags: [--sz], removed_flags: {--size:", "--size"),  # its name
     ("removed_flags: {--legacy-backend:", "removed_flags: {--main-backend:", "--main-backend"),

@@ -89,7 +89,7 @@ def cmd_check(argv) -> int:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="policy files or folders (default: the shipped policies)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-deep", dest="deep", action="store_false",
-                        help="skip the whole-domain lint (L401-L405)")
+                        help="skip the deep lint (L401-L406)")
     ns = parser.parse_args(argv)
     from engine.analysis.check import check_paths
 

@@ -88,6 +88,20 @@ def add_input_flags(parser, policy, defaults: dict | None = None):
                                      f"{parser.prog}: {exc}", policy.file)]) from None
 
 
+class _Deprecated(argparse.Action):
+    """A deprecated spelling: stores its value (const for a switch) and the order in which the
+    deprecated spellings were typed, the order their notices are logged in (SGLang's parser logs
+    each as it reads it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        typed = [d for d in getattr(namespace, TYPED, None) or () if d != self.dest]
+        setattr(namespace, TYPED, typed + [self.dest])
+
+
+TYPED = "deprecated__typed"  # the namespace attribute _Deprecated keeps its order in
+
+
 def _add_input_flags(parser, group, policy, defaults: dict) -> None:
     for name, spec in policy.inputs.items():
         help_text = spec.description or ""
@@ -107,10 +121,10 @@ def _add_input_flags(parser, group, policy, defaults: dict) -> None:
                                    help=other or f"{help_text} [{domain}; default {default}]")
         for i, flag in enumerate(spec.deprecated):  # kept apart: using one is logged
             if spec.type == "bool":
-                group.add_argument(flag, dest=f"{name}__deprecated{i}", action="store_const", const=True,
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", action=_Deprecated, nargs=0, const=True,
                                    default=None, help=f"deprecated spelling of {spec.flag}")
             else:
-                group.add_argument(flag, dest=f"{name}__deprecated{i}", type=kind,
+                group.add_argument(flag, dest=f"{name}__deprecated{i}", action=_Deprecated, type=kind,
                                    default=None, metavar=metavar, help=f"deprecated spelling of {spec.flag}")
         for i, flag in enumerate(spec.removed):  # parsed only to be refused (C501) naming the replacement
             group.add_argument(flag, dest=f"{name}__removed{i}", nargs="?", const=True, default=None,
@@ -135,19 +149,21 @@ def flag_values(policy, ns) -> dict:
     from engine.sglang.given import MODEL_KEYS, OPTIONS
 
     given = {}
+    deprecated = {}  # dest -> the flag, put in the order typed after the loop
     for name, spec in policy.inputs.items():
         for i, flag in enumerate(spec.flags):
             value = getattr(ns, f"{name}__flag{i}", None)
             if value is not None:
                 given[flag[2:]] = value
         for i, flag in enumerate(spec.deprecated):
-            value = getattr(ns, f"{name}__deprecated{i}", None)
-            if value is not None:
-                given[flag[2:]] = value
+            deprecated[f"{name}__deprecated{i}"] = flag
         for i, flag in enumerate(spec.removed):
             value = getattr(ns, f"{name}__removed{i}", None)
             if value is not None:
                 given[flag[2:]] = value
+    for dest in getattr(ns, TYPED, None) or ():
+        if dest in deprecated and getattr(ns, dest, None) is not None:
+            given[deprecated[dest][2:]] = getattr(ns, dest)
     for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
         value = getattr(ns, f"sglang__{key}", None)
         if value is not None:

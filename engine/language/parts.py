@@ -183,10 +183,11 @@ class Builder:
                                       dict(spec.get("removed_flags") or {}))
 
     def _deprecated(self, spec: dict, path: tuple) -> dict:
-        """Deprecated flag -> its log line (plain text: no fields are known while parsing)."""
+        """Deprecated flag -> its notice (plain text: the parser logs it before any value is
+        resolved, so it names no field)."""
         out = {}
-        for flag, text in (spec.get("deprecated_flags") or {}).items():
-            tpl = self.template(text, path + ("deprecated_flags", flag), {})
+        for flag, entry in (spec.get("deprecated_flags") or {}).items():
+            tpl = self.template(entry["log"], path + ("deprecated_flags", flag, "log"), {})
             if tpl is not None and not tpl.fields:  # a field was reported (E306): nothing to render
                 out[flag] = tpl.render({})
         return out
@@ -393,7 +394,7 @@ class Builder:
             rule = Rule(stage, i, name, self.cond(r.get("when"), path + ("when",), stage == "checks"
                                                   and r.get("for_each") == "phase"),
                         description=(r.get("description") or "").strip(), path=path,
-                        line=self.doc.pos(path)[0])
+                        line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}))
             getattr(self, f"_{stage}_rule")(rule, r, path)
             rules.append(rule)
         return Stage(stage, self.cond(raw.get("when"), spath + ("when",)), rules,

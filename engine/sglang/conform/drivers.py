@@ -27,6 +27,15 @@ PIPELINE = "engine.sglang.conform.pipeline"  # the resolve_once pipeline release
 DRIVERS: dict[str, str] = {
     "0.5.11": "engine.sglang.conform.sglang_0511",  # environments: tools/sglang-env.sh (docs/conform.md)
     "0.5.12": "engine.sglang.conform.sglang_0512",
+    "0.5.12.post1": "engine.sglang.conform.sglang_0512",
+    "0.5.13": "engine.sglang.conform.sglang_0513",
+    "0.5.13.post1": "engine.sglang.conform.sglang_0513",
+    "0.5.14": "engine.sglang.conform.sglang_0513",
+    "0.5.15": "engine.sglang.conform.transitional",
+    "0.5.15.post1": "engine.sglang.conform.transitional",
+    "0.5.16": "engine.sglang.conform.transitional",
+    "0.5.17": "engine.sglang.conform.transitional",
+    "0.5.18": "engine.sglang.conform.transitional",
     "0.5.19": PIPELINE,
     "0.5.20": PIPELINE,
     "0.5.21": PIPELINE,

@@ -25,6 +25,10 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     # transformers has none, defaults index_topk to None, which is not a DSA model.
     "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {
         "index_kpool": 4, "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32}}),
+    # LongCat-Flash with DSA's indexer (transformers' config has no index_topk of its own): DSA from
+    # SGLang 0.5.16
+    "LongcatFlashForCausalLM": ("LongcatFlashConfig", {"index_topk": 2048, "index_head_dim": 128,
+                                                       "index_n_heads": 64}),
     "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
     "LlamaForCausalLM": ("LlamaConfig", {}),
 }

@@ -8,10 +8,10 @@ returning themselves). It is installed only when no working torchvision is impor
 after transformers has recorded that torchvision is absent, so transformers never picks a
 torchvision code path because of it.
 
-With it comes a stand-in for transformers' `AutoImageProcessor` where transformers (5.6.0, 5.12.1)
-answers it, without torchvision, with a placeholder that raises on `.register`: `srt/configs/*` of
-SGLang 0.5.11-0.5.20 call `AutoImageProcessor.register` at import. The stand-in's `register` does
-nothing (no routing code reads image processors); transformers 5.19.0 keeps its own."""
+Without torchvision, transformers 5.x gives `AutoImageProcessor` as a placeholder that raises on
+any attribute, and SGLang's config package calls `AutoImageProcessor.register(...)` at import
+(SGLang 0.5.15 to 0.5.20 on transformers 5.12.1): where the placeholder is found, it becomes a
+stand-in whose `register` does nothing (no routing code reads image processors)."""
 from __future__ import annotations
 
 import importlib.abc
@@ -50,22 +50,22 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class NoImageProcessors:
-    """Stands in for transformers' AutoImageProcessor where it is unusable without torchvision."""
+    """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
 
     @staticmethod
     def register(*args, **kwargs):
         return None
 
 
-def _image_processors() -> None:
-    # processing_utils first: in transformers 5.6.0 importing it replaces sys.modules["transformers"]
+def _stand_in_image_processors() -> None:
+    # importing processing_utils first matters: it replaces sys.modules["transformers"] once
     import transformers.processing_utils  # noqa: F401
 
-    module = sys.modules["transformers"]
+    transformers = sys.modules["transformers"]
     try:
-        module.AutoImageProcessor.register  # noqa: B018  (a placeholder raises here)
+        transformers.AutoImageProcessor.register  # noqa: B018  (the placeholder raises here)
     except ImportError:
-        module.AutoImageProcessor = NoImageProcessors
+        transformers.AutoImageProcessor = NoImageProcessors
 
 
 def installed() -> bool:
@@ -88,6 +88,6 @@ def install() -> bool:
     # transformers caches these answers; ask before the stub exists so they stay False
     import_utils.is_torchvision_available()
     import_utils.is_torchvision_v2_available()
-    _image_processors()
     sys.meta_path.insert(0, _Finder())
+    _stand_in_image_processors()
     return True
