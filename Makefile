@@ -12,7 +12,7 @@ TORCH  ?= torch==2.13.0
 SGLANG ?= sglang==0.5.23
 CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
-.PHONY: install run test bench bench-quick check clean conform-env
+.PHONY: install run test bench bench-quick check clean conform-env conform-releases
 
 install: $(STAMP)
 
@@ -51,6 +51,10 @@ RELEASE = $(patsubst sglang==%,%,$(SGLANG))
 ENVS ?=
 conform-env:
 	bash tools/sglang-env.sh $(RELEASE) $(ENVS)
+
+# every release a shipped version models, on a 1,000-config stratified sample of its own code
+conform-releases: $(STAMP)
+	bash tools/conform-releases.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

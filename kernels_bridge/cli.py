@@ -12,7 +12,7 @@ from engine.cli.commands import main as engine_main, register
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
 from engine.progress import Progress
-from engine.values import shown
+from engine.values import clip, shown
 
 # attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs
 # (v3 declares them); for a policy without them attend adds the same flags itself.
@@ -100,6 +100,13 @@ def cmd_attend(argv) -> int:
     except MemoryError:
         print("hisparse attend: out of memory while building the workload; make it smaller or lower "
               "--max-memory", file=sys.stderr)
+        return ERROR
+    except RuntimeError as exc:  # torch's allocator (DefaultCPUAllocator, CUDA out of memory)
+        text = str(exc)
+        if "alloc" not in text.lower() and "out of memory" not in text.lower():
+            raise
+        print(f"hisparse attend: the device could not allocate the workload ({clip(text.splitlines()[0], 160)}); "
+              "make it smaller or lower --max-memory", file=sys.stderr)
         return ERROR
     if ns.format == "json":
         emit_json(report)

@@ -62,6 +62,7 @@ out of CUDA graphs.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
@@ -210,7 +211,12 @@ class HotBuffer:
             )
         need = self.bytes_needed(num_requests, max_seq_len, buffer_size, page_size,
                                  host_pool.element_size() * row_shape[0], dev)
-        limit, source = (max_bytes, "max_bytes") if max_bytes is not None else memory_budget(dev)
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, numbers.Integral)
+                                      or max_bytes < 1):
+            # NaN compares false with everything (it would skip the budget); '1G' is not a size here
+            raise HotBufferError(f"max_bytes: expected a positive whole number of bytes, got {shown(max_bytes)} "
+                                 f"({type(max_bytes).__name__})", argument="max_bytes")
+        limit, source = (int(max_bytes), "max_bytes") if max_bytes is not None else memory_budget(dev)
         if need > limit:
             raise HotBufferError(
                 f"buffer_size: {buffer_size} slots x {num_requests} requests need {format_bytes(need)} "

@@ -17,7 +17,7 @@ import torch
 
 from kernels_bridge.errors import ValidationError, shown
 
-__all__ = ["resolve_device", "memory_budget", "parse_size", "format_bytes", "MEMORY_FRACTION"]
+__all__ = ["resolve_device", "memory_budget", "memory_available", "parse_size", "format_bytes", "MEMORY_FRACTION"]
 
 MEMORY_FRACTION = 0.5
 _SIZE = re.compile(r"\s*([0-9]{1,15}(?:\.[0-9]{1,6})?)\s*([kmgt]?)i?b?\s*", re.I)
@@ -62,6 +62,16 @@ def memory_budget(device: Optional[torch.device] = None) -> Tuple[int, str]:
         return int(free * MEMORY_FRACTION), f"half of the free memory of {device}"
     available = _host_available()
     return int(available * MEMORY_FRACTION), "half of the memory this process can still take"
+
+
+def memory_available(device: Optional[torch.device] = None) -> Tuple[int, str]:
+    """(bytes that can still be allocated on `device` at all, how the figure was found): a limit
+    raised with --max-memory or HISPARSE_MEMORY_LIMIT never goes past it, so a workload the
+    machine cannot hold is refused before the allocator fails half-way."""
+    if device is not None and torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), f"the free memory of {device}"
+    return _host_available(), "the memory this process can still take"
 
 
 def _host_available() -> int:

@@ -22,7 +22,7 @@ from kernels_bridge.errors import ValidationError, shown
 from engine.language.inputs import INT_MAX
 from kernels_bridge.fp8 import BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, quantize_kv_fp8
 from kernels_bridge.hot_buffer import HotBuffer
-from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
+from kernels_bridge.resources import format_bytes, memory_available, memory_budget, resolve_device
 from kernels_bridge.validate import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
 
 PAGE = 64
@@ -51,9 +51,10 @@ class Workload:
     device: str = "cpu"
     softmax_scale: float = D_QK ** -0.5
 
-    def check(self, max_bytes: int | None = None, budget: str = "max_bytes") -> None:
+    def check(self, max_bytes: int | None = None, budget: str = "max_bytes", raisable: bool = True) -> None:
         """Refuse a workload the kernels or the hot buffer would refuse, or one that needs more
-        than `max_bytes` (host and device together), before building anything."""
+        than `max_bytes` (host and device together), before building anything. `raisable`:
+        whether --max-memory could raise that limit (not past what the machine can hold)."""
         problems = []
         if self.requests < 1:
             problems.append(f"--requests {self.requests}: at least 1")
@@ -82,8 +83,8 @@ class Workload:
                 shown = ", ".join(f"{PART_NAMES[k]} {format_bytes(v)}" for k, v in parts.items() if v)
                 raise ValidationError(
                     f"{flags}: this workload needs {format_bytes(need)} ({shown}); the limit is "
-                    f"{format_bytes(max_bytes)} ({budget}); make it smaller, or raise the limit with "
-                    f"--max-memory", argument="workload")
+                    f"{format_bytes(max_bytes)} ({budget}); make it smaller"
+                    + (", or raise the limit with --max-memory" if raisable else ""), argument="workload")
 
     def bytes_needed(self) -> dict:
         """Bytes the run allocates, by the flag that drives each part: the KV of every request
@@ -161,6 +162,8 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> d
     if max_bytes is None:
         max_bytes, budget = memory_budget(device)
     w.check(max_bytes, budget)
+    available, how = memory_available(device)
+    w.check(available, f"{how}; no limit raises it", raisable=False)
     backend = decision.backends.get("decode")
     if backend not in BACKENDS:
         raise ValidationError(f"backend: the policy chose {shown(backend)} for decode; the bridge runs "

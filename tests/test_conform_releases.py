@@ -106,10 +106,9 @@ def test_hisparse_model_assertion(driver):
 def test_conform_without_policy_runs_the_installed_release_version():
     """The whole path an operator takes: the version that models the installed release, said on
     stderr, agrees on a stratified sample."""
-    from engine.policy.releases import modelled
-    from engine.files.shipped import shipped_policy_dir
+    from engine.cli.versions import modelled_releases
 
-    table = modelled(shipped_policy_dir())
+    table = modelled_releases()
     if RELEASE not in table:
         pytest.skip(f"no shipped policy version models SGLang {RELEASE} yet")
     (ref, _, _), = table[RELEASE]

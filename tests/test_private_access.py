@@ -16,7 +16,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "SGLang's own list of DSA architectures, read from its module so that the policy's model "
         "inputs follow the installed release",
     ("engine/sglang/conform/prepipeline.py", "_handle_model_specific_adjustments"):
-        "the conform driver runs SGLang 0.5.11/0.5.12's own routing code, which is this method",
+        "the conform driver runs SGLang 0.5.11 to 0.5.14's own routing code, which is this method",
+    ("engine/sglang/conform/prepipeline.py", "_parse_cuda_graph_config"):
+        "the effect of SGLang 0.5.14's __post_init__ that its routing method reads, run as its own code",
     ("engine/sglang/conform/transitional.py", "_handle_model_specific_adjustments"):
         "the conform driver runs SGLang 0.5.15-0.5.18's own routing code, which this method calls",
     ("engine/sglang/conform/transitional.py", "_parse_cuda_graph_config"):

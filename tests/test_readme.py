@@ -455,7 +455,7 @@ def test_language_snippets_of_v4_are_excerpts_of_it():
     import yaml
 
     section = read("docs/policy-language.md")
-    v4 = shipped_yaml()[os.path.join("policies", "dsa-backends", "v4.yaml")]
+    v4 = shipped_yaml()[os.path.join("policies", "dsa-backends", "v10.yaml")]
     snippets = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
     shown = [s for s in snippets if any(word in json.dumps(s) for word in ("upstream", "removed_flags", '"at"'))]
     assert len(shown) == 3

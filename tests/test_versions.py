@@ -3,8 +3,7 @@
 import json
 
 from engine.cli import versions
-from engine.policy.releases import modelled
-from engine.files.shipped import shipped_policy_dir
+from engine.cli.versions import modelled_releases
 from tests.helpers import run_cli
 
 
@@ -16,7 +15,7 @@ def report(tmp_path, name, family, version, release, total, agree, scope, sample
 
 
 def test_every_release_has_a_row_with_the_version_that_models_it(tmp_path):
-    table = modelled(shipped_policy_dir())
+    table = modelled_releases()
     found = versions.rows(reports=str(tmp_path))
     assert [r["release"] for r in found][:len(versions.SGLANG_RELEASES)] == list(versions.SGLANG_RELEASES)
     for row in found:
@@ -28,7 +27,7 @@ def test_every_release_has_a_row_with_the_version_that_models_it(tmp_path):
 
 
 def test_figures_come_from_the_report_of_that_version_against_that_release(tmp_path):
-    ref = modelled(shipped_policy_dir())["0.5.23"][0][0]
+    ref = modelled_releases()["0.5.23"][0][0]
     family, number = ref.split("@")
     report(tmp_path, f"{family}-{number}-sglang-0.5.23.json", family, int(number), "0.5.23", 1000, 800, 150,
            sample={"n": 1000, "seed": 5})
@@ -58,7 +57,7 @@ def test_hisparse_versions_lists_every_release(capsys):
 
 
 def test_diff_labels_sides_by_release(capsys):
-    table = modelled(shipped_policy_dir())
+    table = modelled_releases()
     old, new = table["0.5.20"][0][0], table["0.5.23"][0][0]
     code, out, _ = run_cli(capsys, "diff", "sglang==0.5.20", "sglang==0.5.23", "--where", "dsa_model=true",
                            "--where", "enable_hisparse=true", "--where", "platform=hip")

@@ -105,4 +105,4 @@ try:
 except Exception as exc:  # no driver in this checkout, or one that cannot run the release
     sys.exit(f"SGLang {version}: its conform driver does not load: {type(exc).__name__}: {exc}")
 EOF
-echo "$RUN: SGLang $VERSION ready: $RUN/bin/hisparse conform --sample 1000"
+echo "$RUN: SGLang $VERSION ready: $RUN/bin/hisparse conform --policy installed --sample 1000"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.analysis.outcomes import pattern_lines
 from engine.analysis.policytest import FileResult, coverage, what_covers
-from engine.values import show, shown
+from engine.values import one_line, show, shown
 
 
 # -- hisparse diff ----------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> st
     if _domain_text(result["domain"]):
         lines.append(f"domain: {_domain_text(result['domain'])}")
     for g in result["groups"]:
-        lines.append(f"{g['class']} {g['count']}: {g['change']}")
+        lines.append(f"{g['class']} {g['count']}: {one_line(g['change'])}")
         lines += pattern_lines(g, max_patterns)
         lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
     return "\n".join(lines)
@@ -69,8 +69,8 @@ def _example_text(cls: str, ex: dict) -> str:
         if s["status"] == "ok":
             return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
         if s["status"] == "error":
-            return f"invalid config ({s['check']}: {s['message']})"
-        return f"rejected: {s['message']}"
+            return f"invalid config ({s['check']}: {one_line(s['message'])})"
+        return f"rejected: {one_line(s['message'])}"
 
     return f"{side(ex['a'])}  =>  {side(ex['b'])}"
 
@@ -108,12 +108,12 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
         cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
                   for ph in phases]
         if any_rejected:
-            cells.append(r["rejected"] or "")
+            cells.append(one_line(r["rejected"] or ""))
         body.append(cells)
     fixed = ", ".join(f"{k}={show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
     if policy.upstream is not None:
-        title += f", which models {policy.upstream.label()}"
+        title += f", which models {one_line(policy.upstream.label())}"
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
@@ -132,17 +132,17 @@ def policy_test_text(results: list[FileResult], min_coverage: float | None) -> t
         p = fr.policy
         for c in fr.failed:
             ok = False
-            lines.append(f"FAIL {fr.file}:{c.line}: {c.name}")
+            lines.append(f"FAIL {one_line(fr.file)}:{c.line}: {one_line(c.name)}")
             for what, expected, actual in c.mismatches:  # unclipped: messages may differ at the end
                 lines.append(f"    {what}: expected {shown(expected, None)}")
                 lines.append(f"    {' ' * len(what)}  actual   {shown(actual, None)}")
         done, total, missing = coverage(fr)
         pct = 100.0 * done / total if total else 100.0
         passed = len(fr.cases) - len(fr.failed)
-        lines.append(f"{p.ref} ({fr.file}): {passed}/{len(fr.cases)} cases passed; "
+        lines.append(f"{p.ref} ({one_line(fr.file)}): {passed}/{len(fr.cases)} cases passed; "
                      f"rule coverage {done}/{total} ({pct:.0f}%)")
         for r in missing:
-            lines.append(f"    not covered: {r.stage} rule {r.name} ({p.location(r)}): no case makes it {what_covers(r)}")
+            lines.append(f"    not covered: {r.stage} rule {r.name} ({one_line(p.location(r))}): no case makes it {what_covers(r)}")
         if min_coverage is not None and pct < min_coverage:
             ok = False
             lines.append(f"    coverage {pct:.0f}% is below the minimum {min_coverage:g}%")
@@ -162,12 +162,12 @@ def replay_text(result: dict) -> str:
     lines = [text]
     for g in result["groups"]:
         more = " ..." if g["count"] > len(g["lines"]) else ""
-        lines.append(f"{g['class']} {g['count']}: {g['change']} (lines {', '.join(map(str, g['lines'][:10]))}"
+        lines.append(f"{g['class']} {g['count']}: {one_line(g['change'])} (lines {', '.join(map(str, g['lines'][:10]))}"
                      f"{' ...' if len(g['lines']) > 10 else more})")
         ex = g["example"]
-        lines.append(f"    e.g. line {ex['line']}: {ex['recorded']}  =>  {ex['now']}")
+        lines.append(f"    e.g. line {ex['line']}: {one_line(ex['recorded'])}  =>  {one_line(ex['now'])}")
     for prob in result["problems"]:
-        lines.append(f"{prob['file']}:{prob['line']}:{prob['col']}: {prob['code']}: {prob['message']}")
+        lines.append(f"{one_line(prob['file'])}:{prob['line']}:{prob['col']}: {prob['code']}: {one_line(prob['message'])}")
     return "\n".join(lines)
 
 
@@ -177,8 +177,8 @@ def _side_text(s: dict) -> str:
         b = s["backends"]
         text = f"accepted kv_cache_dtype={s['kv_cache_dtype']} prefill={b['prefill']} decode={b['decode']}"
     else:
-        text = f"rejected: {s['message']}"
-    return text + "".join(f"\n        log: {line}" for line in s["log"])
+        text = f"rejected: {one_line(s['message'])}"
+    return text + "".join(f"\n        log: {one_line(line)}" for line in s["log"])
 
 
 def conform_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
@@ -217,13 +217,13 @@ def conform_text(result: dict, markdown: bool = False, max_patterns: int = 4) ->
     if scope:
         lines.append("configs: " + "; ".join(scope))
     if result.get("warning"):
-        lines.append("warning: " + result["warning"])
+        lines.append("warning: " + one_line(result["warning"]))
     for g in result["groups"] + result["out_of_scope"]:
-        label = g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}"
+        label = one_line(g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}")
         lines.append(f"{g['count']:,}: {label}")
         lines += pattern_lines(g, max_patterns)
         ex = g["example"]
-        lines.append(f"    e.g. {' '.join(ex['argv']) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
+        lines.append(f"    e.g. {one_line(' '.join(ex['argv'])) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
                      f"SM{ex['capability'][0]}.{ex['capability'][1]}]")
         lines.append(f"      policy: {_side_text(ex['policy'])}")
         lines.append(f"      SGLang: {_side_text(ex['sglang'])}")

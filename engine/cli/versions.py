@@ -37,13 +37,21 @@ def saved_reports(folder: str | None = None) -> dict:
     return out
 
 
+def modelled_releases(policy_dir: str | None = None) -> dict:
+    """release -> [(ref, path, display)] of the versions under the policy folder that model it."""
+    from engine.files.shipped import policy_root
+    from engine.policy.loader import load_file, version_paths
+    from engine.policy.releases import modelled
+
+    return modelled(version_paths(policy_root(policy_dir)), load_file)
+
+
 def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict]:
     """One row per release (SGLANG_RELEASES, then any other release a version lists): the version
     that models it (None: none does) and its saved report's figures (None: not run)."""
-    from engine.files.shipped import policy_root
-    from engine.policy.releases import modelled, release_key
+    from engine.policy.releases import release_key
 
-    table = modelled(policy_root(policy_dir))
+    table = modelled_releases(policy_dir)
     saved = saved_reports(reports)
     out = []
     for release in sorted(set(SGLANG_RELEASES) | set(table), key=release_key):

@@ -12,12 +12,14 @@ What runs, per case, all of it the installed release's code:
 1. the parser of `ServerArgs.add_cli_args` (built once, `prog="sglang serve"` as `prepare_server_args`),
    on `case.argv + ["--model-path", DIR]`; an argparse error is caught at `parser.error` (its text);
 2. `ServerArgs.from_cli_args(namespace)` with `__post_init__` skipped: `__post_init__` downloads, probes
-   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps one
-   effect, the one `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None
-   and sets `_quantization_explicitly_unset` (else False);
+   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps the
+   effects `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None and
+   sets `_quantization_explicitly_unset` (else False); and from 0.5.14, whose non-DSA DeepSeek
+   branch reads `cuda_graph_config.prefill.backend`, the release's own `_parse_cuda_graph_config()`
+   (flags to a CudaGraphConfig; it reads no device);
 3. `sa._handle_model_specific_adjustments()`: the DSA dtype resolution and backend defaults
-   (`_set_default_nsa_kv_cache_dtype`, `_set_default_nsa_backends`);
-4. the HiSparse check: a per-release callable (see `sglang_0511` and `sglang_0512`).
+   (`_set_default_{nsa,dsa}_kv_cache_dtype`, `_set_default_{nsa,dsa}_backends`);
+4. the HiSparse check: a per-release callable (see `sglang_0511`, `sglang_0512`, `sglang_0513`).
 
 Platform facts are patched for the duration of a case, where they are looked up
 (`machine.PatchedHelpers`):
@@ -35,8 +37,9 @@ SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD).
 Import-time preparation (`load`), for a CPU machine without the release's GPU stack (the
 environment: `tools/sglang-env.sh`; triton there is the real package: `srt/utils/common.py` imports
 it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import):
-- `torchvision`: inert modules (only `srt/utils/common.py`'s `decode_jpeg` import needs it); the
-  PyPI torchvision wheels link CUDA libraries a CPU torch lacks;
+- `torchvision`: the inert stub all drivers share (`torchvision_stub.py`; only
+  `srt/utils/common.py`'s `decode_jpeg` import needs it); the PyPI torchvision wheels link CUDA
+  libraries a CPU torch lacks;
 - `transformers.AutoImageProcessor`: without torchvision transformers 5.6.0 gives a placeholder that
   raises on `.register`, which `srt/configs/*` call at import to register image processors; a stand-in
   whose `register` does nothing (no routing code reads image processors);
@@ -49,10 +52,7 @@ import argparse
 import atexit
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -60,7 +60,6 @@ import shutil
 import sys
 import tempfile
 import traceback
-import types
 import warnings
 
 from engine.sglang.conform.machine import PatchedHelpers
@@ -104,54 +103,6 @@ class ParserError(SystemExit):
 
 
 # -- import-time stand-ins -----------------------------------------------------------------------
-class _Inert:
-    """Any attribute, call or subscript of it is another inert value."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __call__(self, *args, **kwargs):
-        return _Inert(self._name + "()")
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self._name}.{name}")
-
-    def __getitem__(self, key):
-        return self
-
-    def __repr__(self) -> str:
-        return f"<inert {self._name}>"
-
-
-class _InertModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self.__name__}.{name}")
-
-
-class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers every import of `root` and its submodules with an inert module."""
-
-    def __init__(self, root: str):
-        self.root = root
-
-    def find_spec(self, name, path=None, target=None):
-        if name == self.root or name.startswith(self.root + "."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _InertModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
 class _NoImageProcessors:
     """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
 
@@ -161,14 +112,12 @@ class _NoImageProcessors:
 
 
 def _install_stand_ins() -> None:
-    # transformers decides torchvision is absent before the inert finder exists; importing
+    # transformers decides torchvision is absent before the shared stub exists; importing
     # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
     import transformers.processing_utils  # noqa: F401
-    from transformers.utils import import_utils
+    from engine.sglang.conform import torchvision_stub
 
-    if not import_utils.is_torchvision_available():
-        if importlib.util.find_spec("torchvision") is None:
-            sys.meta_path.insert(0, _InertFinder("torchvision"))
+    if torchvision_stub.install():
         sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
 
 
@@ -357,6 +306,8 @@ class Driver:
                     sa = ServerArgs.from_cli_args(namespace)
                 finally:
                     ServerArgs.__post_init__ = post_init
+                if callable(getattr(sa, "_parse_cuda_graph_config", None)):
+                    sa._parse_cuda_graph_config()
                 sa._quantization_explicitly_unset = sa.quantization == "unquant"
                 if sa.quantization == "unquant":
                     sa.quantization = None
