@@ -8,6 +8,7 @@ import types
 import pytest
 
 from engine.sglang.conform import drivers, pipeline
+from tests.helpers import ROOT
 
 PIPELINE_RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
@@ -71,22 +72,28 @@ def test_install_hints_name_the_installed_release():
     assert "`pip install --no-deps sglang==0.5.23`" in own and "`pip install -e '.[conform]'`" in own
 
 
-def test_the_stand_in_comes_before_the_first_import_of_sglang(monkeypatch, tmp_path):
+def test_the_stand_in_comes_before_the_first_import_of_sglang(tmp_path):
     """0.5.12.post1-0.5.20 import torchvision in sglang/__init__: probing a release no driver knows
     imports it with the stand-in in place, so the answer is about the release, not torchvision."""
+    import json
+    import subprocess
+
     pytest.importorskip("torch", reason="needs torch: `make install`")
     pytest.importorskip("transformers", reason="needs transformers (the conform extra): `make install`")
     package = tmp_path / "sglang"
     package.mkdir()
     (package / "__init__.py").write_text("import torchvision  # as sglang 0.5.12.post1-0.5.20 do\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-        monkeypatch.delitem(sys.modules, name)
-    installed(monkeypatch, "0.5.10")
-    version, reason = drivers.installed_sglang()
+    probe = ("import importlib.metadata as m, json, sys; v = m.version; "
+             "m.version = lambda name: '0.5.10' if name == 'sglang' else v(name); "
+             "from engine.sglang.conform import drivers; "
+             "print(json.dumps([drivers.installed_sglang(), sys.modules['sglang'].__file__]))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (version, reason), where = json.loads(proc.stdout)
     assert "torchvision" not in reason
     assert version == "0.5.10" and reason.startswith("SGLang 0.5.10 imports, but no conform driver runs it")
-    assert os.path.dirname(sys.modules["sglang"].__file__) == str(package)
+    assert os.path.dirname(where) == str(package)
 
 
 def test_a_missing_dependency_is_the_environment_not_a_move(monkeypatch):
