@@ -188,8 +188,8 @@ def test_resolution_step_routes_inside_sglangs_pipeline(sglang, policy_in_sglang
     assert ("hisparse-router dsa-backends@8", {"dsa_prefill_backend": "flashinfer_sparse_mla",
                                                "dsa_decode_backend": "flashinfer_sparse_mla"}) \
         in args._resolved_overrides
-    # the policy's text, not SGLang's literal "GLM FP8 KV Cache"
-    assert [line for line in lines if "GLM" in line] == ["Set DSA backends for GLM fp8_e4m3 KV Cache on SM120/SM121: "
+    # the policy's line (SGLang 0.5.20's literal text), once: SGLang's own DSA passes do not run
+    assert [line for line in lines if "GLM" in line] == ["Set DSA backends for GLM FP8 KV Cache on SM120/SM121: "
                      "prefill=flashinfer_sparse_mla, decode=flashinfer_sparse_mla."]
 
 
