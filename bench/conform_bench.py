@@ -80,22 +80,22 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    from engine.sglang.conform import runner, sglang_0523
+    from engine.sglang.conform import runner, pipeline
 
     start = time.perf_counter()
-    sglang_0523.load()
+    pipeline.load()
     print(f"load (import SGLang + warm-up): {time.perf_counter() - start:.1f} s")
     cases = grid()
     for workers in args.workers:
         t0, c0 = time.perf_counter(), os.times()
-        runner.run_cases(sglang_0523, cases, workers=workers)
+        runner.run_cases(pipeline, cases, workers=workers)
         wall, c1 = time.perf_counter() - t0, os.times()
         cpu = (c1.user - c0.user) + (c1.system - c0.system) + (c1.children_user - c0.children_user) \
             + (c1.children_system - c0.children_system)
         print(f"workers={workers}: {len(cases)} configs in {wall:.2f} s: "
               f"{1000 * wall / len(cases):.2f} ms/config wall, {1000 * cpu / len(cases):.2f} ms CPU")
     if args.profile:
-        profile(sglang_0523)
+        profile(pipeline)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ from kernels_bridge.cli import main  # `hisparse`: the engine's commands and the
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 MINIMAL = os.path.join(FIXTURES, "policies", "minimal.yaml")
+# deprecated --nsa-* spellings that log a notice, an NVFP4 route: the former nsa-backends@3, which
+# models no release (tests of the language, not of SGLang's routing)
+NSA_ALIASES = os.path.join(FIXTURES, "policies", "nsa-aliases.yaml")
 
 
 def run_cli(capsys, *argv):

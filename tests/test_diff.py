@@ -8,7 +8,7 @@ import pytest
 import engine
 from engine.analysis.outcomes import CLASSES, minimize
 from engine.analysis.diff import diff
-from tests.helpers import load_text, minimal_text, run_cli
+from tests.helpers import NSA_ALIASES, load_text, minimal_text, run_cli
 from tests.oracles.sglang_reference import domain, route
 
 
@@ -129,7 +129,7 @@ def test_minimize_is_an_exact_cover(seed):
 
 
 def test_where_restricts_the_domain(capsys):
-    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy(NSA_ALIASES)
     result = diff(a, b, where=["enable_hisparse=true", "platform=cuda", "hisparse_device_buffer_size=unset"])
     assert result["where"] == {"enable_hisparse": True, "platform": "cuda", "hisparse_device_buffer_size": None}
     full = diff(a, b)
@@ -139,9 +139,9 @@ def test_where_restricts_the_domain(capsys):
     # GLM-5 on SM12 under HiSparse moved from flashmla_kv to flashinfer_sparse_mla
     moved = [g for g in result["groups"] if g["class"] == "backend_changed"]
     assert moved and all("flashinfer_sparse_mla" in g["change"] for g in moved)
-    code, out, _ = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@8", "--where", "enable_hisparse=true")
-    assert code == 1 and out.startswith("dsa-backends@2 -> dsa-backends@8 where enable_hisparse=true:")
-    code, _, err = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@8", "--where", "hisparse=true")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@2", NSA_ALIASES, "--where", "enable_hisparse=true")
+    assert code == 1 and out.startswith("dsa-backends@2 -> nsa-aliases@3 where enable_hisparse=true:")
+    code, _, err = run_cli(capsys, "diff", "dsa-backends@2", NSA_ALIASES, "--where", "hisparse=true")
     assert code == 2 and "C501" in err
 
 
@@ -157,7 +157,7 @@ def _status(policy, config):
 
 def test_v2_to_v3_groups_agree_with_direct_evaluation():
     """Each group's example, evaluated directly on both policies, shows the group's class."""
-    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy(NSA_ALIASES)
     result = diff(a, b, where=["dsa_model=true", "enable_hisparse=true"])
     assert result["groups"]
     for group in result["groups"]:

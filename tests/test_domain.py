@@ -11,7 +11,7 @@ import engine
 from engine.analysis.outcomes import classify, describe, outcome_of, outcome_of_error
 from engine.analysis.diff import diff, restrict, union_axes
 from engine.analysis.lint import lint
-from tests.helpers import load_text
+from tests.helpers import NSA_ALIASES, load_text
 
 SHIPPED = ["dsa-backends@1", "dsa-backends@2", "dsa-backends@8", "dsa-backends@10"]
 
@@ -272,14 +272,14 @@ def test_diff_of_synthetic_policies_equals_direct_evaluation(synthetic, pair):
 
 
 def test_diff_v2_to_v3_equals_direct_evaluation():
-    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy(NSA_ALIASES)
     result = diff(a, b)
     assert result["total"] == 373248
     _assert_same(result, _direct_diff(a, b), a, b)
 
 
 def test_diff_v3_to_v4_equals_direct_evaluation():
-    a, b = engine.load_policy("dsa-backends@8"), engine.load_policy("dsa-backends@10")
+    a, b = engine.load_policy(NSA_ALIASES), engine.load_policy("dsa-backends@10")
     where = ["dsa_model=true", "disable_radix_cache=true"]  # a quarter of the union keeps it quick
     result = diff(a, b, where=where)
     assert result["total"] == 179712

@@ -8,9 +8,9 @@ import pytest
 
 import engine
 from engine.sglang.given import combine, read_layer
-from tests.helpers import run_cli, write_policy
+from tests.helpers import NSA_ALIASES, run_cli, write_policy
 
-V3 = "dsa-backends@8"
+V3 = NSA_ALIASES  # deprecated spellings: the test policy that has them
 
 
 def glm5_next_dir(tmp_path):

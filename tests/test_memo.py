@@ -8,6 +8,7 @@ import pytest
 
 import engine
 from engine.policy import memo
+from tests.helpers import NSA_ALIASES
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_enum_members_get_the_decision_of_their_value(v2):
 
 
 def test_other_spellings_and_unknown_keys_never_hit():
-    v3 = engine.load_policy("dsa-backends@8")
+    v3 = engine.load_policy(NSA_ALIASES)  # a policy with deprecated spellings
     canonical = v3.evaluate({"dsa_decode_backend": "flashmla_kv"})
     deprecated = v3.evaluate({"nsa_decode_backend": "flashmla_kv"})  # same length, another key
     assert deprecated.log[0].startswith("'--nsa-decode-backend' is deprecated")

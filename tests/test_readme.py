@@ -327,7 +327,7 @@ def python_examples(page):
 @pytest.mark.parametrize("page", [p for p in PAGES if python_examples(p)])
 def test_the_python_examples_run_and_print_what_is_shown(page, tmp_path):
     shown = python_examples(page)
-    if any("import sglang" in b.text or "sglang_0523" in b.text for b, _ in shown) and not sglang_installed():
+    if any("import sglang" in b.text or "conform import pipeline" in b.text for b, _ in shown) and not sglang_installed():
         pytest.skip("SGLang is not installed (it needs Python 3.11)")
     marker = "----- next example -----"
     script = f"\nprint({marker!r}, flush=True)\n".join(b.text for b, _ in shown)

@@ -8,7 +8,7 @@ import pytest
 import engine
 from engine.analysis.diff import diff
 from engine.serving.records import append_records, replay
-from tests.helpers import run_cli
+from tests.helpers import NSA_ALIASES, run_cli
 
 WRITERS, PER_WRITER = 6, 150
 
@@ -97,7 +97,7 @@ def test_a_record_keeps_the_spellings_so_replay_against_another_version_is_meani
     path: replayed against v1 it is read as v1 reads it, never as an unknown key
     'dsa_decode_backend' or 'model_family' the user never typed."""
     path = str(tmp_path / "r.jsonl")
-    code, _, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@8", "--record", path, "--",
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", NSA_ALIASES, "--record", path, "--",
                          "python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5",
                          "--kv-cache-dtype", "bfloat16", "--nsa-decode-backend", "fa3", "--tp", "8")
     assert code == 0

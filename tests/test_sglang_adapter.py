@@ -7,7 +7,7 @@ import pytest
 
 import engine
 from engine.sglang import apply, config_from_launch, model_is_dsa
-from tests.helpers import run_cli
+from tests.helpers import NSA_ALIASES, run_cli
 
 V2 = "dsa-backends@2"
 
@@ -276,7 +276,7 @@ def test_apply_reads_the_model_path():
     assert plain.nsa_decode_backend is None  # no DSA routing for it
 
 
-V3 = "dsa-backends@8"
+V3 = NSA_ALIASES  # deprecated spellings mirrored: the test policy that has them
 
 
 def test_v3_deprecated_spelling_in_a_launch_command_is_logged():

@@ -63,27 +63,11 @@ def _reports() -> dict:
 
 
 def versions_table() -> str:
-    """The shipped versions: what each models (its `upstream`) and what `hisparse conform` found
-    against that SGLang (the saved reports)."""
-    from engine.policy.loader import list_families, load_policy
-    from engine.files.shipped import DEFAULT_POLICY
+    """Every SGLang release: the version that models it and what `hisparse conform` found against
+    that release (its saved report in docs/conformance/, else "not run"); `hisparse versions`."""
+    from engine.cli.versions import markdown_table, rows
 
-    rows = ["| version | models | `hisparse conform` against | configs | agree | out of scope | differ |",
-            "|---|---|---|---:|---:|---:|---:|"]
-    reports = _reports()
-    for family, versions in sorted(list_families().items()):
-        for version in versions:
-            ref = f"{family}@{version}"
-            upstream = load_policy(ref).upstream
-            shown = f"`{ref}`" + (" (newest: the default)" if version == versions[-1] and family == DEFAULT_POLICY else "")
-            r = reports.get(ref)
-            if r is None:
-                rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | not run | | | | |")
-                continue
-            c = r["counts"]
-            rows.append(f"| {shown} | {upstream.label() if upstream else '-'} | SGLang {r['sglang']} | {r['total']:,} | "
-                        f"{c['agree']:,} | {c['out_of_scope']:,} | {c['differ']:,} |")
-    return "\n".join(rows)
+    return markdown_table(rows(reports=CONFORMANCE))
 
 
 def install_sizes() -> str:

@@ -133,8 +133,13 @@ def cmd_diff(argv) -> int:
     from engine.cli.reports import diff_text
     from engine.policy.loader import load_policy
 
-    result = diff(load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir), where=ns.where,
-                  progress=Progress("diff: configs", 0))
+    from engine.cli.versions import side_labels
+
+    a, b = load_policy(ns.a, ns.policy_dir), load_policy(ns.b, ns.policy_dir)
+    result = diff(a, b, where=ns.where, progress=Progress("diff: configs", 0))
+    for side, label in zip("ab", side_labels(ns.a, ns.b, a, b)):
+        if label:  # a side named by release, or two sides of one version
+            result[side]["label"] = label
     if ns.format == "json":
         emit_json(result)
     else:
@@ -217,12 +222,47 @@ def cmd_replay(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
+def _conform_policy(ns, load_policy):
+    """The policy conform runs: the one named (--policy, else $HISPARSE_POLICY), else the version
+    that models the installed SGLang, said on stderr; the default policy when SGLang is missing
+    or no version models its release (also said)."""
+    from engine.errors import PolicyError
+    from engine.files.shipped import default_policy_ref
+    from engine.policy.releases import INSTALLED, installed_release
+
+    if ns.policy is not None or os.environ.get("HISPARSE_POLICY") is not None:
+        return load_policy(policy_ref(ns.policy), ns.policy_dir)
+    try:
+        release = installed_release()
+    except PolicyError:
+        return load_policy(default_policy_ref(), ns.policy_dir)  # conform then says SGLang is missing
+    try:
+        policy = load_policy(INSTALLED, ns.policy_dir)
+    except PolicyError as exc:
+        if not any(p.code == "R601" for p in exc.problems):
+            raise
+        policy = load_policy(default_policy_ref(), ns.policy_dir)
+        print(f"hisparse conform: no --policy, and no policy version models the installed SGLang "
+              f"{release}: running {policy.ref}", file=sys.stderr)
+        return policy
+    print(f"hisparse conform: no --policy: {policy.ref}, the version that models the installed "
+          f"SGLang {release}", file=sys.stderr)
+    return policy
+
+
+def cmd_versions(argv) -> int:
+    from engine.cli.versions import cmd_versions as run
+
+    return run(argv)
+
+
 def cmd_conform(argv) -> int:
     parser = Parser(prog="hisparse conform",
                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
                                 "a stratified sample, and compare with the policy: acceptance, message, resolved "
-                                "KV dtype, backends and routing log lines. Exit 0 conformant, 1 different, 2 "
+                                "KV dtype, backends and routing log lines. Without --policy: the version that models the "
+                                "installed SGLang. Exit 0 conformant, 1 different, 2 "
                                 "SGLang unavailable.")
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
@@ -243,7 +283,7 @@ def cmd_conform(argv) -> int:
     from engine.policy.loader import load_policy
     from engine.analysis.domain import parse_where
 
-    policy = load_policy(policy_ref(ns.policy), ns.policy_dir)
+    policy = _conform_policy(ns, load_policy)
     fixed = parse_where(policy, ns.where)
     widest = max(len(values) for _, values in axes(policy, fixed))
     if ns.sample is not None and ns.sample < widest:
@@ -281,6 +321,7 @@ COMMANDS = {
     "test": (cmd_test, "run policy test cases and report rule coverage"),
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
+    "versions": (cmd_versions, "every SGLang release, the policy version that models it, its conformance"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
     "policies": (cmd_policies, "export the shipped policies and their test cases to a folder to edit"),
 }

@@ -23,7 +23,8 @@ def _domain_text(d: dict) -> str:
 
 def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
     a, b = result["a"], result["b"]
-    head = f"{a['family']}@{a['version']} -> {b['family']}@{b['version']}"
+    head = (f"{a.get('label') or a['family'] + '@' + str(a['version'])} -> "
+            f"{b.get('label') or b['family'] + '@' + str(b['version'])}")
     if result.get("where"):
         head += " where " + " ".join(f"{k}={show(v)}" for k, v in result["where"].items())
     changed = sum(result["counts"].values())

@@ -23,7 +23,7 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
     """Run SGLang on the configs and compare; the JSON form of the report (see report.compare).
     case_timeout: seconds one launch may take (default runner.CASE_TIMEOUT); a launch that takes
     longer stops the run with runner.CaseTimedOut."""
-    from engine.sglang.conform.drivers import UnknownVersion, driver_for, installed_sglang
+    from engine.sglang.conform.drivers import UnknownVersion, driver_for, installed_sglang, note
     from engine.sglang.conform.runner import CASE_TIMEOUT, run_cases
 
     if progress is None:
@@ -63,9 +63,13 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
         warning = f"{policy.ref} does not say which SGLang it models (no upstream: in the policy)"
     elif not up.models(version):
         warning = f"{policy.ref} models {up.label()}; the installed SGLang is {version}"
+    driver_note = note(version)
+    if driver_note:
+        warning = f"{driver_note}; {warning}" if warning else driver_note
     result.update({
         "policy": dict(policy.identity(), upstream=up.label() if up else None),
         "sglang": version,
+        "driver": driver.__name__,
         "warning": warning,
         "where": dict(where or {}),
         "domain_size": total,

@@ -1,6 +1,6 @@
 """The GPU a case runs on, told to SGLang on a machine without one.
 
-SGLang 0.5.22 and later read the machine two ways: through their platform context
+SGLang 0.5.19 and later read the machine two ways: through their platform context
 (`get_platform().is_hip`, `.is_sm100`, ...), which they let a caller set with
 `override_platform(**facts)`, and by calling `torch.cuda.get_device_capability()` itself in the
 DSA steps. `platform_facts` gives every fact the context knows, consistent with one (platform,
@@ -20,8 +20,11 @@ from contextlib import contextmanager
 PLATFORMS = ("cuda", "hip")
 
 
-def platform_facts(platform: str, capability) -> dict:
-    """Every fact of 0.5.23's `_PLATFORM_PROBES` / `_PLATFORM_VALUES` for this GPU.
+def platform_facts(platform: str, capability, known=None) -> dict:
+    """Every fact of 0.5.23's `_PLATFORM_PROBES` / `_PLATFORM_VALUES` for this GPU, or, with
+    `known` (the fact names a release's platform context knows), exactly those: 0.5.19-0.5.21 know
+    neither is_mps nor is_sm110. A known fact this function cannot give raises ValueError naming
+    it: SGLang would read it from this machine, which has no GPU.
 
     CUDA is taken to be 12.8 or newer (the Hopper and Blackwell probes also check the toolkit)
     with FlashInfer installed, as a CUDA install of SGLang has it; ROCm has no SM facts and no
@@ -30,7 +33,7 @@ def platform_facts(platform: str, capability) -> dict:
         raise ValueError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}")
     major, minor = (int(x) for x in capability)
     cuda = platform == "cuda"
-    return {
+    facts = {
         "is_cuda": cuda,
         "is_hip": not cuda,
         "is_npu": False,
@@ -49,6 +52,20 @@ def platform_facts(platform: str, capability) -> dict:
         "device_sm": major * 10 + minor,
         "device_capability": (major, minor),
     }
+    if known is None:
+        return facts
+    unknown = sorted(set(known) - set(facts))
+    if unknown:
+        raise ValueError("SGLang's platform context knows facts no stand-in gives: " + ", ".join(unknown))
+    return {name: value for name, value in facts.items() if name in known}
+
+
+def known_facts() -> frozenset:
+    """The fact names the installed SGLang's platform context knows (`override_platform` refuses
+    any other)."""
+    import sglang.srt.runtime_context as context
+
+    return frozenset(context._PLATFORM_PROBES) | frozenset(context._PLATFORM_VALUES)
 
 
 @contextmanager
@@ -60,8 +77,8 @@ def faked_gpu(platform: str, capability):
 
     from sglang.srt.runtime_context import override_platform
 
-    facts = platform_facts(platform, capability)
-    cap = facts["device_capability"]
+    facts = platform_facts(platform, capability, known_facts())
+    cap = tuple(int(x) for x in capability)
     saved = torch.cuda.is_available, torch.cuda.get_device_capability
     torch.cuda.is_available = lambda: True
     torch.cuda.get_device_capability = lambda device=None: cap

@@ -20,8 +20,11 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "GlmMoeDsaForCausalLM": ("GlmMoeDsaConfig", {}),  # GLM-5, index_topk 2048: DSA
     # GLM-5.3-Flash. transformers' default index_kpool 16 makes SGLang pick page size 64*16 = 1024,
     # which fails the bare mamba-track-interval assert (interval 256) whenever the radix cache is
-    # on; the published checkpoints use 4.
-    "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {"index_kpool": 4}}),
+    # on; the published checkpoints use 4. The indexer fields are written out (transformers 5.19's
+    # defaults, the checkpoints' values): SGLang 0.5.20's own Glm5NextConfig, used where
+    # transformers has none, defaults index_topk to None, which is not a DSA model.
+    "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {
+        "index_kpool": 4, "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32}}),
     # LongCat-Flash with DSA's indexer (transformers' config has no index_topk of its own): DSA from
     # SGLang 0.5.16
     "LongcatFlashForCausalLM": ("LongcatFlashConfig", {"index_topk": 2048, "index_head_dim": 128,
@@ -29,6 +32,29 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
     "LlamaForCausalLM": ("LlamaConfig", {}),
 }
+
+
+# the model_type of an architecture whose config class neither transformers nor SGLang has (GLM-5.3-
+# Flash under transformers 5.12.1 with SGLang 0.5.13-0.5.19): its config.json is written as plain
+# JSON, so that SGLang meets the model as an operator's checkpoint and gives its own start-up error
+MODEL_TYPES = {"Glm5NextForConditionalGeneration": "glm5_next"}
+
+
+def config_class(name: str):
+    """transformers' config class of that name, else SGLang's own (`sglang.srt.configs`: 0.5.20
+    ships Glm5NextConfig, which transformers 5.12.1 lacks), else None."""
+    import importlib
+
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except (AttributeError, ImportError):
+        pass
+    try:
+        return getattr(importlib.import_module("sglang.srt.configs"), name, None)
+    except ImportError:
+        return None
 
 
 def known_architectures() -> list[str]:
@@ -77,12 +103,18 @@ class ModelFolders:
         final = os.path.join(self.root, f"{architecture}-{digest}")
         if os.path.isfile(os.path.join(final, "config.json")):
             return final
-        import transformers
-
-        config = getattr(transformers, ARCHITECTURES[architecture][0])(architectures=[architecture],
-                                                                      **fields)
+        cls = config_class(ARCHITECTURES[architecture][0])
         partial = tempfile.mkdtemp(prefix=".partial-", dir=self.root)
-        config.save_pretrained(partial)
+        if cls is not None:
+            cls(architectures=[architecture], **fields).save_pretrained(partial)
+        elif architecture in MODEL_TYPES:
+            with open(os.path.join(partial, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump({"architectures": [architecture], "model_type": MODEL_TYPES[architecture],
+                           **fields}, fh, indent=2, sort_keys=True)
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise ValueError(f"no config class {ARCHITECTURES[architecture][0]} for {architecture} "
+                             "in transformers or SGLang")
         try:
             os.rename(partial, final)
         except OSError:  # another worker got there first

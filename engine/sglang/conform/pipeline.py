@@ -1,18 +1,31 @@
-"""Driver for SGLang 0.5.23: one Case through SGLang's own start-up code, on a CPU machine.
+"""Driver for the SGLang releases whose start-up runs the `resolve_once` resolution pipeline:
+0.5.19 to 0.5.23. One Case through the installed release's own start-up code, on a CPU machine.
 
 The steps, in SGLang's start-up order (`launch_server.py`, `srt/entrypoints/engine.py`):
 1. parser: the argparse parser of `ServerArgs.add_cli_args` (built once per process), then the
-   body of `prepare_server_args` (--config merge, parse, `ServerArgs.from_cli_args`) without its
-   `logging.basicConfig(force=True)`, which would reconfigure the caller's logging;
-2. resolve: `ServerArgs.resolve_once()` (the ~90-step resolution pipeline, DSA steps included);
+   release's own `prepare_server_args`, compiled from its installed source with two statements
+   changed (`_prepare_function`): the parser is the one built once, and its
+   `logging.basicConfig(force=True)`, which would reconfigure the caller's logging, is left out. So
+   whatever a release does there (0.5.20 adds the --radix-eviction-policy marker and the
+   launch command, 0.5.21 redacts the watermark key) is the release's code, with its line numbers;
+2. resolve: `ServerArgs.resolve_once()` (the resolution pipeline, DSA steps included);
 3. check: `ServerArgs.check_server_args()` (HiSparse validation among the others);
 4. hisparse_config, HiSparse only: `parse_hisparse_config()`, which the model runner calls at
    start, reading `--hisparse-config` through the published context (`publish(role=
    "scheduler")`, then the context is put back with `restore_context(snapshot_context())`).
 
+What differs between these releases and is read from the installed one, not from a version table:
+- the platform facts `override_platform` knows (`_PLATFORM_PROBES` / `_PLATFORM_VALUES`; is_mps and
+  is_sm110 only from 0.5.22): `machine.platform_facts` gives exactly those;
+- `prepare_server_args` (above);
+- ServerArgs: a dataclass in 0.5.19, a msgspec Struct from 0.5.20 (the fields memo, below, is for
+  the Struct only).
+A release that has moved something this driver needs (a newer one) is refused at import with
+`Moved`, naming it, rather than run wrongly.
+
 What is faked, and why (also in docs/conform.md, "What conform fakes"):
 - the model: a folder with only a config.json written by transformers' config class for the
-  architecture (`models.py`); no weights, no tokenizer (no routing code reads them);
+  architecture (`model_folders.py`); no weights, no tokenizer (no routing code reads them);
 - the GPU: SGLang's own `override_platform(...)` with every platform fact consistent with the
   case's platform and capability (`machine.platform_facts`);
 - `torch.cuda.get_device_capability()` -> the case's capability: the DSA steps call it directly,
@@ -41,9 +54,11 @@ import warnings
 from engine.errors import EngineError
 from engine.sglang.conform.protocol import Case, Result
 
-VERSION = "0.5.23"
+# the releases this driver was checked on, oldest first; VERSION is the newest
+RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+VERSION = RELEASES[-1]
 
-# the DSA / HiSparse routing functions of 0.5.23 whose warnings are the routing log
+# the DSA / HiSparse routing functions of these releases whose warnings are the routing log
 ROUTING_FUNCTIONS = frozenset({
     "_dsa_kv_cache_dtype_default",  # srt/arg_groups/overrides.py
     "_dsa_split_backend_resolution",
@@ -58,6 +73,7 @@ ROUTING_FUNCTIONS = frozenset({
     "_hisparse_allowed_backends",
     "_parse_sparse_config",  # srt/mem_cache/sparsity/factory.py
     "parse_hisparse_config",
+    "print_deprecated_warning",  # srt/arg_groups/argparse_actions.py: 0.5.19's --nsa-* notice
 })
 
 # cases run at load time for each architecture, so that the imports SGLang makes lazily inside
@@ -87,6 +103,99 @@ class _Parser(argparse.ArgumentParser):
         pass  # --help and --version text is not wanted in a conformance run
 
 
+class Moved(EngineError, ImportError):
+    """The installed SGLang lacks something this driver runs (a newer release moved it): the
+    message names it."""
+
+
+# what the driver imports from SGLang, as (module, name): a release without one is refused
+NEEDED = (
+    ("sglang.srt.server_args", "ServerArgs"),
+    ("sglang.srt.server_args", "prepare_server_args"),
+    ("sglang.srt.arg_groups.overrides", "resolution_result"),
+    ("sglang.srt.mem_cache.sparsity.factory", "parse_hisparse_config"),
+    ("sglang.srt.runtime_context", "publish"),
+    ("sglang.srt.runtime_context", "restore_context"),
+    ("sglang.srt.runtime_context", "snapshot_context"),
+    ("sglang.srt.runtime_context", "override_platform"),
+)
+# the ServerArgs fields a Result reads (renamed before, in 0.5.13: nsa_* -> dsa_*)
+FIELDS = ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend", "enable_hisparse")
+
+
+def _needed() -> dict:
+    """name -> object for each of NEEDED. Raises Moved naming every one that is missing."""
+    import importlib
+
+    found, missing = {}, []
+    for module_name, name in NEEDED:
+        try:
+            found[name] = getattr(importlib.import_module(module_name), name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module_name.startswith(exc.name):
+                raise  # a dependency of SGLang is missing: that is the environment, not a move
+            missing.append(f"{module_name} (no such module)")
+        except AttributeError:
+            missing.append(f"{module_name}.{name}")
+    if missing:
+        raise Moved("SGLang no longer has " + ", ".join(missing))
+    return found
+
+
+def _prepare_function(prepare_server_args, parser):
+    """The release's `prepare_server_args`, compiled from its installed source with the file name
+    and line numbers of the release, in its module's globals, with two statements changed: the
+    `parser = argparse.ArgumentParser(...)` / `ServerArgs.add_cli_args(parser)` pair becomes the
+    parser built once (`parser`), and the `logging.basicConfig(...)` call is left out. Raises
+    Moved when the function no longer has exactly one of each."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    lines, first = inspect.getsourcelines(prepare_server_args)
+    filename = inspect.getsourcefile(prepare_server_args)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    definition = tree.body[0]
+
+    def call_of(stmt, name):
+        value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+        return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr == name)
+
+    body, seen = [], {"ArgumentParser": 0, "add_cli_args": 0, "basicConfig": 0}
+    for stmt in definition.body:
+        if isinstance(stmt, ast.Assign) and call_of(stmt, "ArgumentParser"):
+            seen["ArgumentParser"] += 1
+            stmt.value = ast.copy_location(ast.Name("__conform_parser__", ast.Load()), stmt.value)
+        elif isinstance(stmt, ast.Expr) and call_of(stmt, "add_cli_args"):
+            seen["add_cli_args"] += 1
+            continue
+        elif isinstance(stmt, ast.Expr) and call_of(stmt, "basicConfig"):
+            seen["basicConfig"] += 1
+            continue
+        body.append(stmt)
+    odd = [f"{n} x{c}" for n, c in seen.items() if c != 1]
+    if odd:
+        raise Moved(f"{filename}: prepare_server_args no longer builds its parser and logging as "
+                    f"this driver expects (statements found: {', '.join(odd)})")
+    definition.body = body
+    definition.decorator_list = []
+    ast.fix_missing_locations(tree)
+    ast.increment_lineno(tree, first - 1)
+    space = dict(vars(sys.modules[prepare_server_args.__module__]), __conform_parser__=parser)
+    exec(compile(tree, filename, "exec"), space)
+    return space[definition.name]
+
+
+def _is_struct(cls) -> bool:
+    try:
+        import msgspec
+    except ImportError:
+        return False
+    return isinstance(cls, type) and issubclass(cls, msgspec.Struct)
+
+
 class _State:
     def __init__(self):
         import torch  # noqa: F401  (before transformers decides what is installed)
@@ -96,24 +205,39 @@ class _State:
         from engine.sglang.conform.model_folders import ModelFolders
 
         self.torchvision_stubbed = torchvision_stub.install()
-        from sglang.srt.arg_groups.overrides import resolution_result
-        from sglang.srt.mem_cache.sparsity.factory import parse_hisparse_config
-        from sglang.srt.runtime_context import publish, restore_context, snapshot_context
-        from sglang.srt.server_args import ServerArgs
-
         import sglang
 
+        found = _needed()
+        ServerArgs = found["ServerArgs"]
         self.ServerArgs = ServerArgs
-        self.resolution_result = resolution_result
-        self.parse_hisparse_config = parse_hisparse_config
-        self.publish, self.snapshot, self.restore = publish, snapshot_context, restore_context
+        self.resolution_result = found["resolution_result"]
+        self.parse_hisparse_config = found["parse_hisparse_config"]
+        self.publish, self.snapshot = found["publish"], found["snapshot_context"]
+        self.restore = found["restore_context"]
         self.package_dir = os.path.dirname(os.path.abspath(sglang.__file__)) + os.sep
         self.parser = _Parser(prog="sglang serve")
         ServerArgs.add_cli_args(self.parser)
+        self.prepare = _prepare_function(found["prepare_server_args"], self.parser)
+        self.fields = _FieldsMemo(ServerArgs) if _is_struct(ServerArgs) else None
+        if self.fields is None:
+            import dataclasses
+
+            names = {f.name for f in dataclasses.fields(ServerArgs)}
+        else:
+            names = {f.name for f in self.fields.answer}
+        gone = [f for f in FIELDS if f not in names]
+        if gone:
+            raise Moved("SGLang's ServerArgs no longer has the field(s) " + ", ".join(gone))
+        from engine.sglang.conform.machine import known_facts, platform_facts
+
+        try:
+            platform_facts("cuda", (9, 0), known_facts())
+        except (ValueError, AttributeError) as exc:
+            raise Moved(str(exc)) from None
         self.models = ModelFolders()
         self.capture = _install_capture()
-        self.fields = _FieldsMemo(ServerArgs)
-        self.fields.enable()
+        if self.fields is not None:
+            self.fields.enable()
 
 
 class _FieldsMemo:
@@ -226,23 +350,9 @@ class _Isolated:
 
 
 def _parse(argv: list[str]):
-    """`prepare_server_args` (srt/server_args.py) on the parser built once, without the
-    logging.basicConfig call."""
-    st = _STATE
-    if "--config" in argv:
-        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
-
-        argv = ConfigArgumentMerger(st.parser).merge_config_with_args(argv)
-    radix_eviction_policy_explicitly_set = any(
-        arg == "--radix-eviction-policy" or arg.startswith("--radix-eviction-policy=")
-        for arg in argv)
-    raw_args = st.parser.parse_args(argv)
-    raw_args._radix_eviction_policy_explicitly_set = radix_eviction_policy_explicitly_set
-    server_args = st.ServerArgs.from_cli_args(raw_args)
-    from sglang.srt.sampling.watermarking.core import redact_watermark_command_line
-
-    server_args._launch_command = redact_watermark_command_line(argv, raw_args.watermark_config)
-    return server_args
+    """The release's `prepare_server_args` on the parser built once, without its
+    logging.basicConfig call (`_prepare_function`)."""
+    return _STATE.prepare(list(argv))
 
 
 def _hisparse_config(server_args) -> None:

@@ -1,0 +1,161 @@
+"""`hisparse versions`: every SGLang release, the policy version that models it, and what
+`hisparse conform` found when that version was run against that release (the saved reports of
+docs/conformance/, named FAMILY-N-sglang-RELEASE.json). Also the labels `hisparse diff` gives a side
+named by release."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+# every SGLang release from 0.5.11 on, .post releases listed on their own (PyPI)
+SGLANG_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15",
+                   "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
+                   "0.5.23")
+
+
+def reports_dir() -> str:
+    """docs/conformance/ of the source tree this engine runs from."""
+    here = os.path.dirname(os.path.abspath(__file__))  # engine/cli
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "docs", "conformance")
+
+
+def saved_reports(folder: str | None = None) -> dict:
+    """(FAMILY@N, release) -> the saved `hisparse conform --format json` report."""
+    folder = folder or reports_dir()
+    out = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                r = json.load(fh)
+            key = (f"{r['policy']['family']}@{r['policy']['version']}", r["sglang"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a conform report
+        out[key] = dict(r, file=name)
+    return out
+
+
+def modelled_releases(policy_dir: str | None = None) -> dict:
+    """release -> [(ref, path, display)] of the versions under the policy folder that model it."""
+    from engine.files.shipped import policy_root
+    from engine.policy.loader import load_file, version_paths
+    from engine.policy.releases import modelled
+
+    return modelled(version_paths(policy_root(policy_dir)), load_file)
+
+
+def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict]:
+    """One row per release (SGLANG_RELEASES, then any other release a version lists): the version
+    that models it (None: none does) and its saved report's figures (None: not run)."""
+    from engine.policy.releases import release_key
+
+    table = modelled_releases(policy_dir)
+    saved = saved_reports(reports)
+    out = []
+    for release in sorted(set(SGLANG_RELEASES) | set(table), key=release_key):
+        refs = [ref for ref, _, _ in table.get(release, [])]
+        ref = refs[0] if len(refs) == 1 else None
+        r = saved.get((ref, release)) if ref else None
+        row = {"release": release, "version": ref, "versions": refs, "conformance": None}
+        if r is not None:
+            c = r["counts"]
+            row["conformance"] = {
+                "configs": r["total"], "agree": c["agree"], "out_of_scope": c["out_of_scope"],
+                "differ": c["differ"], "sample": r.get("sample"), "seconds": r.get("seconds"),
+                "report": f"docs/conformance/{r['file']}"}
+        out.append(row)
+    return out
+
+
+def configs_cell(conf: dict) -> str:
+    n = f"{conf['configs']:,}"
+    return n + (f" (sample, seed {conf['sample']['seed']})" if conf.get("sample") else "")
+
+
+def version_cell(row: dict) -> str:
+    if row["version"]:
+        return row["version"]
+    return " or ".join(row["versions"]) if row["versions"] else "none"
+
+
+def markdown_table(rows_: list[dict]) -> str:
+    """The README's table: release, version, configs, agree, out of scope, differ."""
+    lines = ["| release | version | configs | agree | out of scope | differ |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row in rows_:
+        version = f"`{row['version']}`" if row["version"] else version_cell(row)
+        conf = row["conformance"]
+        if conf is None:
+            lines.append(f"| {row['release']} | {version} | not run | | | |")
+        else:
+            lines.append(f"| {row['release']} | {version} | {configs_cell(conf)} | {conf['agree']:,} | "
+                         f"{conf['out_of_scope']:,} | {conf['differ']:,} |")
+    return "\n".join(lines)
+
+
+def text_table(rows_: list[dict]) -> str:
+    head = ("release", "version", "configs", "agree", "out of scope", "differ", "run time")
+    body = []
+    for row in rows_:
+        conf = row["conformance"]
+        if conf is None:
+            body.append((row["release"], version_cell(row), "not run", "", "", "", ""))
+            continue
+        seconds = conf.get("seconds")
+        took = "" if seconds is None else f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+        body.append((row["release"], version_cell(row), configs_cell(conf), f"{conf['agree']:,}",
+                     f"{conf['out_of_scope']:,}", f"{conf['differ']:,}", took))
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head)] + [fmt(r) for r in body])
+
+
+def side_labels(a_ref: str, b_ref: str, a, b) -> tuple[str | None, str | None]:
+    """How `hisparse diff` names its sides: a side given by release (sglang==X, installed) is
+    "sglang==X (FAMILY@N)"; when both sides are the same version, each also names its file."""
+    from engine.policy.releases import INSTALLED, PREFIX, installed_release, is_release_ref
+
+    def release_of(ref):
+        if ref == INSTALLED:
+            return f"{PREFIX}{installed_release()}"
+        return ref.strip()
+
+    same = (a.family, a.version) == (b.family, b.version)
+    labels = []
+    for ref, policy in ((a_ref, a), (b_ref, b)):
+        name = f"{policy.family}@{policy.version}"
+        if is_release_ref(ref.strip()):
+            labels.append(f"{release_of(ref)} ({name}, {policy.file})" if same else f"{release_of(ref)} ({name})")
+        elif same:
+            labels.append(f"{name} ({policy.file})")
+        else:
+            labels.append(None)
+    return labels[0], labels[1]
+
+
+def cmd_versions(argv) -> int:
+    from engine.cli.options import OK, Parser, add_policy_options, emit_json
+
+    parser = Parser(prog="hisparse versions",
+                    description="Every SGLang release, the policy version that models it (use it with "
+                                "--policy sglang==RELEASE), and what `hisparse conform` found against that "
+                                "release's own code (the saved reports of docs/conformance/).")
+    add_policy_options(parser, with_ref=False)
+    parser.add_argument("--policy-dir", metavar="DIR",
+                        help="folder of policy families (default: $HISPARSE_POLICY_DIR or the shipped policies)")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    ns = parser.parse_args(argv)
+    found = rows(ns.policy_dir)
+    if ns.format == "json":
+        emit_json({"releases": found})
+    elif ns.format == "markdown":
+        print(markdown_table(found))
+    else:
+        print(text_table(found))
+        missing = sum(r["conformance"] is None for r in found)
+        if missing:
+            print(f"not run: no saved conform report of that version against that release "
+                  f"({missing} of {len(found)})", file=sys.stderr)
+    return OK
