@@ -102,11 +102,23 @@ def _detect(obj, policy) -> dict:
 
 def decide(obj, policy, env: dict):
     """(Decision, {field: value} the decision changes) for a record or view; raises like SGLang
-    when the policy refuses the config. The record's fields are one source, read through
-    engine/sglang/given.py as every other source is; what SGLang finds on the machine and in the model
-    comes first, the keyword arguments last."""
+    when the policy refuses the config."""
+    from engine.sglang.server_args import raise_refusal
+
+    decision, changes, _ = judge(obj, policy, env)
+    if not decision.ok:
+        raise_refusal(decision)
+    return decision, changes
+
+
+def judge(obj, policy, env: dict):
+    """(Decision, {field: value} the decision changes, what was given) for a record or view,
+    refused or not. The record's fields are one source, read through engine/sglang/given.py as
+    every other source is; what SGLang finds on the machine and in the model comes first, the
+    keyword arguments last. What was given (engine.sglang.given.Given.given) is what a decision
+    record keeps."""
     from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-    from engine.sglang.server_args import attr_names, raise_refusal
+    from engine.sglang.server_args import attr_names
 
     read = _reader(obj)
     attrs: dict = {}
@@ -138,15 +150,14 @@ def decide(obj, policy, env: dict):
     given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
     layers = [read_layer(policy, _detect(obj, policy), "sglang"), layer,
               read_layer(policy, given, "apply()")]
-    decision = policy.evaluate(combine(policy, layers).config)
-    if not decision.ok:
-        raise_refusal(decision)
+    combined = combine(policy, layers)
+    decision = policy.evaluate(combined.config)
     changes = {}
     for name, value in decision.config.items():
         for attr in fields_of.get(name, ()):
             if read(attr) != value:
                 changes[attr] = value
-    return decision, changes
+    return decision, changes, combined.given
 
 
 def apply_to_record(server_args, policy, env: dict, logger):
