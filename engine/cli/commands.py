@@ -267,6 +267,12 @@ def cmd_conform(argv) -> int:
     return OK if result["conformant"] else VIOLATION
 
 
+def _launch(argv) -> int:
+    from engine.cli.launch import cmd_launch  # its own module: it execs SGLang
+
+    return cmd_launch(argv)
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -276,6 +282,7 @@ COMMANDS = {
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "launch": (_launch, "check an SGLang launch command, then run it with the policy deciding its routing"),
 }
 
 
