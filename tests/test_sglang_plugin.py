@@ -35,6 +35,14 @@ ROUTING = re.compile(r"(HiSparse enabled|Set DSA backends|Setting KV cache dtype
 
 # -- what needs no SGLang ------------------------------------------------------------------------
 
+def shipped_ref() -> str:
+    """FAMILY@N of the shipped family's newest version (what an edited copy of it still says)."""
+    import engine
+
+    policy = engine.load_policy(FAMILY)
+    return f"{policy.family}@{policy.version}"
+
+
 def _clean_env(**more) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HISPARSE_", "SGLANG_"))}
     env.update(more)
@@ -57,8 +65,8 @@ def test_a_policy_that_does_not_load_stops_with_exit_2_and_one_line(tmp_path, mo
     from engine.serving.sglang_plugin import register
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("policy: nsa-backends\nversion: 4\ninputs: [\n", encoding="utf-8")
-    for ref, named in [(str(bad), f"{bad}:"), ("nsa-backends@99", "nsa-backends@99"), ("", "empty")]:
+    bad.write_text(f"policy: {FAMILY}\nversion: 4\ninputs: [\n", encoding="utf-8")
+    for ref, named in [(str(bad), f"{bad}:"), (f"{FAMILY}@99", f"{FAMILY}@99"), ("", "empty")]:
         monkeypatch.setenv("HISPARSE_POLICY", ref)
         with pytest.raises(SystemExit) as exc:
             register()
@@ -191,7 +199,7 @@ def test_hisparse_launch_runs_the_edited_policy_and_records_it(models, edited, t
     assert proc.returncode == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # SGLang's own exit
     assert f"HISPARSE_POLICY={edited}" in out
     assert f"] {EDITED_LINE}\n" in out and SGLANG_LINE not in out
-    assert re.search(r"DSA routing decided by policy nsa-backends@4 sha256=[0-9a-f]{12} from "
+    assert re.search(rf"DSA routing decided by policy {shipped_ref()} sha256=[0-9a-f]{{12}} from "
                      + re.escape(edited), out)
     records = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 1 and records[0]["decision"]["backends"] == {
@@ -218,7 +226,7 @@ def test_a_config_the_copy_refuses_stops_before_any_routing_line(models, edited)
 def test_sglang_serve_stops_with_exit_2_on_a_policy_that_does_not_load(models, tmp_path):
     """(f) through `sglang serve`: one line naming the file and the problem, exit 2, no traceback."""
     bad = tmp_path / "v4.yaml"
-    bad.write_text("policy: nsa-backends\nversion: 4\ninputs: {kv_cache_dtype: {type: enum, values: [a]\n",
+    bad.write_text(f"policy: {FAMILY}\nversion: 4\ninputs: {{kv_cache_dtype: {{type: enum, values: [a]\n",
                    encoding="utf-8")
     sglang = os.path.join(os.path.dirname(sys.executable), "sglang")
     code, routing, ours, out = launch(["serve", "--model-path", models.path("DeepseekV32ForCausalLM")],
@@ -239,7 +247,7 @@ def test_hisparse_launch_refuses_without_starting_sglang(models, edited, tmp_pat
     proc = run_process("launch", "--policy", edited, "--record", str(record), "--",
                        os.path.join(str(tmp_path), "no-such-python"), "-m", "sglang.launch_server", *argv)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith(f"REJECTED by {edited}: {SITE_RULE}") or SITE_RULE in proc.stdout.splitlines()[0]
+    assert proc.stdout.splitlines()[0] == f"REJECTED by {shipped_ref()}: {SITE_RULE}"
     assert "SGLang was not started" in proc.stderr and "cannot run" not in proc.stderr
     assert json.loads(record.read_text(encoding="utf-8"))["decision"]["ok"] is False
     # accepted: the command runs (here it cannot: the one line says so, exit 2)

@@ -48,6 +48,7 @@ def cmd_launch(argv) -> int:
 
             append_records(ns.record, [decision], [g.given])
         print(decision_text(decision))
+        sys.stdout.flush()  # the decision first, also where both streams go to one pipe
         print("hisparse launch: the policy refuses this launch; SGLang was not started", file=sys.stderr)
         return VIOLATION
     env = dict(os.environ, HISPARSE_POLICY=_ref_for_plugin(policy, ns.policy))
