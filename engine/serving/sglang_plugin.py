@@ -18,9 +18,6 @@ from __future__ import annotations
 import os
 import sys
 
-PLUGIN = "hisparse_router"  # the entry point's name (what SGLANG_PLUGINS lists)
-
-
 def register() -> None:
     """SGLang's plugin entry point."""
     if "HISPARSE_POLICY" not in os.environ:
@@ -112,11 +109,13 @@ def _register(family, routing, originals, release) -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from engine.sglang.hook_targets import BACKEND_CHECK
+
     hooks = {}
     for target, role in family.replace.items():
         logger = logging.getLogger(originals[target].__module__)
         factory = getattr(routing, role)
-        hooks[target] = factory(logger) if role == "backend_check" else factory(originals[target], logger)
+        hooks[target] = factory(logger) if role == BACKEND_CHECK else factory(originals[target], logger)
         HookRegistry.register(target, hooks[target], HookType.REPLACE)
 
     def hisparse_router_guard(*args, **kwargs):
