@@ -22,7 +22,7 @@ def decision_cost(quick: bool) -> tuple[dict, dict]:
     import engine
     from bench.flat_v2 import decide
 
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     configs = list(policy.domain())
     evaluate, compiled = policy.evaluate, policy._evaluate
     for c in configs:
@@ -63,7 +63,7 @@ def startup(quick: bool, cache_dir: str) -> tuple[dict, dict]:
     loads = {}
     for name, extra in (("cached", {}), ("uncached", {"HISPARSE_NO_CACHE": "1"})):
         e = dict(env, **extra)
-        samples = [float(subprocess.run(_first_load_argv("nsa-backends@3"), capture_output=True, text=True,
+        samples = [float(subprocess.run(_first_load_argv("dsa-backends@8"), capture_output=True, text=True,
                                         cwd=ROOT, env=e, check=True).stdout) for _ in range(5 if quick else 15)]
         loads[name] = sorted(samples)[len(samples) // 2] * 1e3
     probe = ("import sys; from kernels_bridge.cli import main; main(['evaluate', '--format', 'json']); "
@@ -85,8 +85,8 @@ def startup(quick: bool, cache_dir: str) -> tuple[dict, dict]:
 
 
 def large_policy(folder: str) -> str:
-    """nsa-backends@3 with two top-k values and three buffer sizes: 884,736 configs."""
-    with open(os.path.join(ROOT, "policies", "nsa-backends", "v3.yaml"), encoding="utf-8") as fh:
+    """dsa-backends@8 with two top-k values and three buffer sizes: 884,736 configs."""
+    with open(os.path.join(ROOT, "policies", "dsa-backends", "v3.yaml"), encoding="utf-8") as fh:
         text = fh.read()
     text = text.replace("    values: [2048]\n    default: 2048\n", "    values: [1024, 2048]\n    default: 2048\n")
     text = text.replace("    values: [1024, 4096]\n", "    values: [1024, 2048, 4096]\n")
@@ -105,10 +105,10 @@ def analyses(quick: bool, cache_dir: str, folder: str) -> tuple[dict, dict]:
     large = large_policy(folder)
     size = engine.load_policy(large).domain_size()
     cmds = {"check": CLI + ["check", "policies/"],
-            "diff_v2_v3": CLI + ["diff", "nsa-backends@2", "nsa-backends@3", "--format", "json"],
-            "diff_v1_v2": CLI + ["diff", "nsa-backends@1", "nsa-backends@2", "--format", "json"],
+            "diff_v2_v3": CLI + ["diff", "dsa-backends@2", "dsa-backends@8", "--format", "json"],
+            "diff_v1_v2": CLI + ["diff", "dsa-backends@1", "dsa-backends@2", "--format", "json"],
             "check_large": CLI + ["check", large],
-            "diff_v3_large": CLI + ["diff", "nsa-backends@3", large, "--format", "json"]}
+            "diff_v3_large": CLI + ["diff", "dsa-backends@8", large, "--format", "json"]}
     t = processes(cmds, 2 if quick else 5, env)
     # the same without the compiled cache: every file parsed, validated and compiled first
     cold = processes({f"{name}_uncached": cmds[name] for name in ("check", "diff_v2_v3")}, 2 if quick else 3,

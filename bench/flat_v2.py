@@ -1,4 +1,4 @@
-"""The decision-cost baseline: nsa-backends@2 written by hand as one flat if/else, producing the
+"""The decision-cost baseline: dsa-backends@2 written by hand as one flat if/else, producing the
 same outputs as `Policy.evaluate` (ok, resolved dtype, backends, every violation's message in
 order, log lines), with none of a policy's generality (no input checks, no sources, no Decision
 object). bench/test_bench.py checks that it equals the policy on the whole v2 domain."""

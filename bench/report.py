@@ -15,7 +15,7 @@ LABELS = {
     "first_load_ms": ("first policy load in a fresh process: import + load + compile (v3, cached)", "ms"),
     "torch_never_imported": ("`hisparse evaluate` never imports torch", ""),
     "check_seconds": ("`hisparse check policies/`: deep lint of every shipped version, as a process", "s"),
-    "diff_seconds": ("`hisparse diff nsa-backends@2 nsa-backends@3` (373,248 configs), as a process", "s"),
+    "diff_seconds": ("`hisparse diff dsa-backends@2 dsa-backends@8` (373,248 configs), as a process", "s"),
     "decode_vs_matmul_b1": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=1", "ratio"),
     "decode_vs_matmul_b8": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=8", "ratio"),
     "prefill_vs_matmul_b1": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=1", "ratio"),
@@ -189,7 +189,7 @@ def headline() -> str:
         f"hand-written if/else with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of "
         f"CPU ({st['ratio']}x Python importing yaml and jsonschema), without importing torch.",
         f"- Over a whole domain: `hisparse check policies/` lints every shipped version in {an['check']['cpu_s']} s; "
-        f"`hisparse diff nsa-backends@2 nsa-backends@3` compares {an['diff_v2_v3_configs']:,} configs in "
+        f"`hisparse diff dsa-backends@2 dsa-backends@8` compares {an['diff_v2_v3_configs']:,} configs in "
         f"{an['diff_v2_v3']['cpu_s']} s.",
         f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
         f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "

@@ -1,5 +1,5 @@
 """The bench's own checks, beside the code they check (tests/ never imports bench; pytest collects
-both folders): the decision-cost benchmark's flat baseline decides exactly what nsa-backends@2
+both folders): the decision-cost benchmark's flat baseline decides exactly what dsa-backends@2
 decides, so the comparison measures the cost of the same work; a quick run never writes over the
 committed results."""
 import os
@@ -15,7 +15,7 @@ def read(name):
 
 
 def test_flat_baseline_equals_the_policy_on_the_whole_v2_domain():
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     configs = list(policy.domain())
     assert len(configs) == 12288
     outcomes = set()
@@ -29,7 +29,7 @@ def test_flat_baseline_equals_the_policy_on_the_whole_v2_domain():
 
 
 def test_flat_baseline_reads_missing_inputs_as_the_policy_defaults():
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     d = policy.evaluate({})
     assert decide({}) == (d.ok, d.config["kv_cache_dtype"], d.backends["prefill"], d.backends["decode"],
                           (), tuple(d.log))

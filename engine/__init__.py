@@ -2,7 +2,7 @@
 explain and compare decisions. Pure Python: never imports torch.
 
     >>> import engine
-    >>> policy = engine.load_policy("nsa-backends@2")
+    >>> policy = engine.load_policy("dsa-backends@2")
     >>> d = engine.evaluate(policy, {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
     ...                              "disable_radix_cache": True})
     >>> d.ok, d.backends
@@ -25,7 +25,7 @@ __all__ = [
 
 
 def evaluate(policy, config: Mapping) -> Decision:
-    """Evaluate `config` against `policy` (a Policy or a reference such as "nsa-backends@2")."""
+    """Evaluate `config` against `policy` (a Policy or a reference such as "dsa-backends@2")."""
     return load_policy(policy).evaluate(config)
 
 

@@ -59,7 +59,10 @@ CODES: dict[str, tuple[str, str]] = {
     "T702": ("test-unknown-name", "a test case names a rule, phase or input the policy does not have"),
     # references to policies
     "R601": ("unknown-policy", "no policy family or version by that name"),
-    "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N or a file"),
+    "R602": ("bad-policy-ref", "a policy reference that is not FAMILY, FAMILY@N, sglang==X, installed or a file"),
+    "R603": ("ambiguous-release", "more than one policy version models the SGLang release named"),
+    "R604": ("no-installed-release", "--policy installed, but SGLang is not installed"),
+    "R605": ("retired-policy", "a retired policy reference; the message names what replaced it"),
 }
 
 

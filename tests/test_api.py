@@ -16,18 +16,18 @@ HISPARSE_FP8 = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3", "disable_
 
 
 def test_refs():
-    newest = engine.load_policy("nsa-backends")
-    assert newest.family == "nsa-backends"
-    assert newest.version == max(engine.list_families()["nsa-backends"])
-    v2 = engine.load_policy("nsa-backends@2")
-    assert (v2.version, v2.file) == (2, "policies/nsa-backends/v2.yaml")
-    by_path = engine.load_policy(os.path.join(ROOT, "policies", "nsa-backends", "v1.yaml"))
-    assert by_path.version == 1 and by_path.sha256 == engine.load_policy("nsa-backends@1").sha256
+    newest = engine.load_policy("dsa-backends")
+    assert newest.family == "dsa-backends"
+    assert newest.version == max(engine.list_families()["dsa-backends"])
+    v2 = engine.load_policy("dsa-backends@2")
+    assert (v2.version, v2.file) == (2, "policies/dsa-backends/v2.yaml")
+    by_path = engine.load_policy(os.path.join(ROOT, "policies", "dsa-backends", "v1.yaml"))
+    assert by_path.version == 1 and by_path.sha256 == engine.load_policy("dsa-backends@1").sha256
 
 
 @pytest.mark.parametrize("ref, code, text", [
-    ("nsa-backend", "R601", "did you mean 'nsa-backends'?"),
-    ("nsa-backends@9", "R601", "available: nsa-backends@1"),
+    ("nsa-backend", "R601", "did you mean 'dsa-backends'?"),
+    ("dsa-backends@9", "R601", "available: dsa-backends@1"),
     ("NSA backends!", "R602", "expected FAMILY, FAMILY@N"),
     ("missing/file.yaml", "E101", "cannot read file"),
 ])
@@ -38,7 +38,7 @@ def test_bad_refs(ref, code, text):
     assert text in str(exc.value)
 
 
-@pytest.mark.parametrize("name", ["nsa-backends", "nsa-backends@2", "mini"])
+@pytest.mark.parametrize("name", ["dsa-backends", "dsa-backends@2", "mini"])
 def test_a_file_in_the_working_directory_never_replaces_a_ref(tmp_path, monkeypatch, capsys, name):
     """A ref is a file only when spelled as a path; what happens to lie in the working directory
     never decides, for load_policy, the CLI, apply() and $HISPARSE_POLICY alike."""
@@ -73,7 +73,7 @@ def test_path_spellings(tmp_path, monkeypatch):
 
     for ref in ("a/b", "./x", ".hidden", "~/p", "p.yaml", "p.yml", "p.json", os.path.join("d", "p")):
         assert looks_like_path(ref), ref
-    for ref in ("nsa-backends", "nsa-backends@2", "mini"):
+    for ref in ("dsa-backends", "dsa-backends@2", "mini"):
         assert not looks_like_path(ref), ref
     write_policy(tmp_path, minimal_text(), "mini/v1.yaml")
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -106,8 +106,8 @@ def test_policy_dir_from_env(tmp_path, monkeypatch):
     assert policy.ref == "mini@1"
     assert policy.file == os.path.join(str(tmp_path), "mini", "v1.yaml")
     with pytest.raises(engine.PolicyError):
-        engine.load_policy("nsa-backends")  # the env folder replaces the shipped one
-    assert engine.load_policy("nsa-backends", policy_dir=os.path.join(ROOT, "policies")).family == "nsa-backends"
+        engine.load_policy("dsa-backends")  # the env folder replaces the shipped one
+    assert engine.load_policy("dsa-backends", policy_dir=os.path.join(ROOT, "policies")).family == "dsa-backends"
 
 
 def test_cache_by_content(tmp_path):
@@ -122,7 +122,7 @@ def test_cache_by_content(tmp_path):
 
 
 def test_decision_contract():
-    d = engine.evaluate("nsa-backends@2", HISPARSE_FP8)
+    d = engine.evaluate("dsa-backends@2", HISPARSE_FP8)
     out = d.to_dict()
     for key in ("ok", "kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend", "violations", "log",
                 "sources", "policy"):
@@ -130,8 +130,8 @@ def test_decision_contract():
     assert out["ok"] is True
     assert (out["nsa_prefill_backend"], out["nsa_decode_backend"]) == ("flashmla_kv", "flashmla_kv")
     assert out["sources"] == {"prefill": "hisparse-fp8", "decode": "hisparse-fp8"}
-    assert out["policy"]["family"] == "nsa-backends" and out["policy"]["version"] == 2
-    with open(os.path.join(ROOT, "policies", "nsa-backends", "v2.yaml"), "rb") as fh:
+    assert out["policy"]["family"] == "dsa-backends" and out["policy"]["version"] == 2
+    with open(os.path.join(ROOT, "policies", "dsa-backends", "v2.yaml"), "rb") as fh:
         import hashlib
 
         assert out["policy"]["sha256"] == hashlib.sha256(fh.read()).hexdigest()
@@ -139,28 +139,28 @@ def test_decision_contract():
 
 
 def test_violation_fields():
-    d = engine.evaluate("nsa-backends@2", dict(HISPARSE_FP8, nsa_decode_backend="flashmla_sparse"))
+    d = engine.evaluate("dsa-backends@2", dict(HISPARSE_FP8, nsa_decode_backend="flashmla_sparse"))
     assert not d.ok
     (v,) = d.violations
     assert v.check == "hisparse-backend-dtype" and v.phase == "decode"
     assert v.message == ("HiSparse with --kv-cache-dtype=fp8_e4m3 requires --nsa-decode-backend in "
                          "['flashmla_kv'], but got flashmla_sparse.")
     path, line = v.location.rsplit(":", 1)
-    assert path == "policies/nsa-backends/v2.yaml"
+    assert path == "policies/dsa-backends/v2.yaml"
     with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
         assert "name: hisparse-backend-dtype" in fh.read().splitlines()[int(line) - 1]
 
 
 def test_defaults_fill_missing_inputs():
-    d = engine.evaluate("nsa-backends@2", {})
+    d = engine.evaluate("dsa-backends@2", {})
     assert d.ok and d.config["kv_cache_dtype"] == "bfloat16"  # auto on SM9
     assert d.backends == {"prefill": "flashmla_sparse", "decode": "fa3"}
 
 
 def test_dash_keys_and_flag_spellings():
-    a = engine.evaluate("nsa-backends@2", {"kv-cache-dtype": "fp8_e4m3", "enable-hisparse": True,
+    a = engine.evaluate("dsa-backends@2", {"kv-cache-dtype": "fp8_e4m3", "enable-hisparse": True,
                                            "disable-radix-cache": True})
-    b = engine.evaluate("nsa-backends@2", HISPARSE_FP8)
+    b = engine.evaluate("dsa-backends@2", HISPARSE_FP8)
     assert a.outcome() == b.outcome()
 
 
@@ -177,7 +177,7 @@ def test_dash_keys_and_flag_spellings():
 ])
 def test_config_errors(config, code, text):
     with pytest.raises(engine.ConfigError) as exc:
-        engine.evaluate("nsa-backends@2", config)
+        engine.evaluate("dsa-backends@2", config)
     assert exc.value.problems[0].code == code
     assert text in str(exc.value)
     assert isinstance(exc.value, ValueError)
@@ -185,7 +185,7 @@ def test_config_errors(config, code, text):
 
 def test_all_config_problems_at_once():
     with pytest.raises(engine.ConfigError) as exc:
-        engine.evaluate("nsa-backends@2", {"kv_cache_dtype": "fp8", "platfrom": "cuda", "sm_major": "9"})
+        engine.evaluate("dsa-backends@2", {"kv_cache_dtype": "fp8", "platfrom": "cuda", "sm_major": "9"})
     assert sorted(p.code for p in exc.value.problems) == ["C501", "C502", "C503"]
 
 
@@ -197,7 +197,7 @@ def test_errors_pickle():
 
 def test_import_engine_never_loads_torch():
     code = ("import sys, engine, engine.cli.commands\n"
-            "engine.evaluate('nsa-backends', {})\n"
+            "engine.evaluate('dsa-backends', {})\n"
             "engine.cli.commands.main(['evaluate', '--format', 'json'])\n"
             "engine.cli.commands.main(['check'])\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
@@ -216,7 +216,7 @@ def test_enum_members_are_the_values_they_stand_for():
     class Arch(enum.IntEnum):
         BLACKWELL = 10
 
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     config = {"enable_hisparse": True, "kv_cache_dtype": Dtype.FP8, "disable_radix_cache": True,
               "sm_major": Arch.BLACKWELL, "nsa-decode-backend": "flashmla_kv"}
     fast, slow = policy.evaluate(config), policy.interpret(config)

@@ -42,7 +42,7 @@ def no_kernels(monkeypatch):
 
 def test_fp8_rows_run_flashmla_kv():
     q, cache, idx, _ = _decode_inputs()
-    got = attend(HISPARSE, q, cache, idx, policy="nsa-backends@2")
+    got = attend(HISPARSE, q, cache, idx, policy="dsa-backends@2")
     want = run_backend("flashmla_kv", q, cache, idx)
     assert got.provider == "reference"
     assert torch.equal(got.out, want.out) and torch.equal(got.lse, want.lse)
@@ -51,7 +51,7 @@ def test_fp8_rows_run_flashmla_kv():
 def test_bf16_rows_run_flashmla_sparse_for_prefill():
     q, kv, idx = _prefill_inputs()
     got = attend(dict(HISPARSE, kv_cache_dtype="bfloat16"), q, kv, idx, phase="prefill",
-                 policy="nsa-backends@2", sm_scale=0.1)
+                 policy="dsa-backends@2", sm_scale=0.1)
     want = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
     assert torch.equal(got.out, want.out)
 
@@ -59,36 +59,36 @@ def test_bf16_rows_run_flashmla_sparse_for_prefill():
 def test_bf16_rows_into_flashmla_kv_fail_with_the_policys_message(no_kernels):
     q, kv, idx = _prefill_inputs()
     with pytest.raises(RoutingRejected) as exc:
-        attend(dict(HISPARSE, nsa_decode_backend="flashmla_kv"), q, kv, idx, policy="nsa-backends@2")
+        attend(dict(HISPARSE, nsa_decode_backend="flashmla_kv"), q, kv, idx, policy="dsa-backends@2")
     assert str(exc.value) == ("HiSparse with --kv-cache-dtype=bfloat16 requires --nsa-decode-backend in "
                               "['flashmla_sparse'], but got flashmla_kv.")
     assert exc.value.decision.violations[0].check == "hisparse-backend-dtype"
     # version 1 refuses FP8 under HiSparse altogether
     q, cache, idx, _ = _decode_inputs()
     with pytest.raises(RoutingRejected, match="HiSparse requires bfloat16 KV cache"):
-        attend(HISPARSE, q, cache, idx, policy="nsa-backends@1")
+        attend(HISPARSE, q, cache, idx, policy="dsa-backends@1")
 
 
 def test_decision_and_rows_must_agree(no_kernels):
     q, kv, idx = _prefill_inputs()
-    decision = engine.evaluate("nsa-backends@2", dict(HISPARSE, kv_cache_dtype="fp8_e4m3"))
+    decision = engine.evaluate("dsa-backends@2", dict(HISPARSE, kv_cache_dtype="fp8_e4m3"))
     with pytest.raises(ValidationError, match="holds bfloat16 rows .* decided for a fp8_e4m3"):
         attend(decision, q, kv, idx, phase="prefill", sm_scale=0.1)
     with pytest.raises(ValidationError, match="holds bfloat16 rows"):
-        attend(dict(HISPARSE, kv_cache_dtype="fp8_e4m3"), q, kv, idx, policy="nsa-backends@2")
+        attend(dict(HISPARSE, kv_cache_dtype="fp8_e4m3"), q, kv, idx, policy="dsa-backends@2")
 
 
 def test_backends_the_bridge_cannot_run(no_kernels):
     q, cache, idx, _ = _decode_inputs()
-    decision = engine.evaluate("nsa-backends@2", {"kv_cache_dtype": "fp8_e4m3", "sm_major": 10})
+    decision = engine.evaluate("dsa-backends@2", {"kv_cache_dtype": "fp8_e4m3", "sm_major": 10})
     assert decision.backends["decode"] == "trtllm"
     with pytest.raises(ValidationError, match="the policy chose 'trtllm' for decode; the bridge runs"):
         attend(decision, q, cache, idx)
-    plain = engine.evaluate("nsa-backends@2", {"dsa_model": False})
+    plain = engine.evaluate("dsa-backends@2", {"dsa_model": False})
     with pytest.raises(RoutingRejected, match="chose no decode backend"):
         attend(plain, q, cache, idx)
     with pytest.raises(ValidationError, match="no phase 'verify'"):
-        attend(engine.evaluate("nsa-backends@2", HISPARSE), q, cache, idx, phase="verify")
+        attend(engine.evaluate("dsa-backends@2", HISPARSE), q, cache, idx, phase="verify")
 
 
 def test_lazy_exports():

@@ -13,7 +13,7 @@ import pytest
 import engine
 from tests.helpers import ROOT, run_cli, run_process
 
-V2 = "nsa-backends@2"
+V2 = "dsa-backends@2"
 GOOD = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True}
 
 
@@ -159,9 +159,9 @@ def test_config_from_a_pipe():
     (["--batch", "{missing}"], "C504", "cannot read batch file: No such file or directory"),
     (["--batch", "{folder}"], "C504", "cannot read batch file: Is a directory"),
     (["--policy", "{missing}"], "E101", "cannot read file: No such file or directory"),
-    (["--policy", "nsa-backends@9"], "R601", "no version 9 of 'nsa-backends'"),
+    (["--policy", "dsa-backends@9"], "R601", "no version 9 of 'dsa-backends'"),
     (["--policy", "nsa-backend"], "R601", "no policy family 'nsa-backend' in policies (did you mean "
-                                          "'nsa-backends'?)"),
+                                          "'dsa-backends'?)"),
 ])
 def test_missing_files(capsys, tmp_path, argv, code, text):
     argv = [a.format(missing=tmp_path / "missing.yaml", folder=tmp_path) for a in argv]

@@ -312,7 +312,7 @@ def _entries(kind):
             "run_backend": lambda a: run_backend("flashmla_kv", a["q"], a["k_cache"], a["indices"],
                                                  softmax_scale=a["softmax_scale"], attn_sink=a["attn_sink"]),
             "attend": lambda a: attend(HISPARSE_FP8, a["q"], a["k_cache"], a["indices"],
-                                       policy="nsa-backends@2", softmax_scale=a["softmax_scale"],
+                                       policy="dsa-backends@2", softmax_scale=a["softmax_scale"],
                                        attn_sink=a["attn_sink"]),
         }
     return {
@@ -321,7 +321,7 @@ def _entries(kind):
                                              sm_scale=a["sm_scale"], attn_sink=a["attn_sink"],
                                              topk_length=a["topk_length"]),
         "attend": lambda a: attend(dict(HISPARSE_FP8, kv_cache_dtype="bfloat16"), a["q"], a["kv"],
-                                   a["indices"], phase="prefill", policy="nsa-backends@2",
+                                   a["indices"], phase="prefill", policy="dsa-backends@2",
                                    sm_scale=a["sm_scale"], attn_sink=a["attn_sink"],
                                    topk_length=a["topk_length"]),
     }
@@ -392,7 +392,7 @@ def test_every_entry_refuses_before_any_work(case, entry, monkeypatch):
 def test_attend_names_a_bad_config(config, code):
     args = decode_args()
     with pytest.raises(ValidationError) as info:
-        attend(config, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2")
+        attend(config, args["q"], args["k_cache"], args["indices"], policy="dsa-backends@2")
     assert info.value.argument == "config" and str(info.value).startswith(f"config: {code}: ")
     assert [p.code for p in info.value.problems] == [code]
 
@@ -402,7 +402,7 @@ def test_attend_names_a_non_tensor(field, value):
     args = decode_args()
     q, cache = (value, args["k_cache"]) if field == "q" else (args["q"], value)
     with pytest.raises(ValidationError) as info:
-        attend(HISPARSE_FP8, q, cache, args["indices"], policy="nsa-backends@2")
+        attend(HISPARSE_FP8, q, cache, args["indices"], policy="dsa-backends@2")
     assert info.value.argument == field and "expected a torch.Tensor" in str(info.value)
 
 
@@ -414,7 +414,7 @@ def test_nan_in_q_is_refused_on_request_through_every_entry(entry):
         if entry == "run_backend":
             run_backend("flashmla_kv", args["q"], args["k_cache"], args["indices"], check_finite=True)
         else:
-            attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2",
+            attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="dsa-backends@2",
                    check_finite=True)
 
 
@@ -426,7 +426,7 @@ def test_empty_decode_batches_run_no_kernel(b, s_q, entry, monkeypatch):
     if entry == "run_backend":
         result = run_backend("flashmla_kv", args["q"], args["k_cache"], args["indices"])
     else:
-        result = attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="nsa-backends@2")
+        result = attend(HISPARSE_FP8, args["q"], args["k_cache"], args["indices"], policy="dsa-backends@2")
     assert result.out.shape == (b, s_q, 64, 512) and result.out.dtype == BF16
     assert result.lse.shape == (b, 64, s_q) and result.lse.dtype == torch.float32
     assert result.max_logits is None and result.provider == "reference"

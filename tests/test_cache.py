@@ -99,8 +99,8 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
 
 
 def test_a_new_process_skips_parsing_and_the_schema(folder):
-    _fresh_load("nsa-backends@3")  # writes the entry
-    probe = ("import sys, engine; d = engine.evaluate('nsa-backends@3', {'enable_hisparse': True}); "
+    _fresh_load("dsa-backends@8")  # writes the entry
+    probe = ("import sys, engine; d = engine.evaluate('dsa-backends@8', {'enable_hisparse': True}); "
              "print(d.ok, sorted(m for m in ('yaml', 'jsonschema', 'engine.language.parts', 'dataclasses') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
                          env=dict(os.environ), timeout=120)
@@ -122,9 +122,9 @@ HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.language.parts", "data
      "--hisparse-config", '{"top_k": 2048, "device_buffer_size": 4096}'],
 ])
 def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
-    """`hisparse evaluate` of the default policy (nsa-backends@4) with its entry written: no
+    """`hisparse evaluate` of the default policy (dsa-backends@10) with its entry written: no
     PyYAML, jsonschema, torch, SGLang, rule model or dataclasses in the process."""
-    _fresh_load("nsa-backends")  # writes the entry
+    _fresh_load("dsa-backends")  # writes the entry
     probe = ("import sys; from kernels_bridge.cli import main\n"
              f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
              f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
@@ -145,15 +145,15 @@ def _damaged(data: bytes) -> list:
 
 
 def test_corrupt_entries_are_ignored_and_rewritten(folder):
-    want = {c_key: d for c_key, d in ((tuple(c.items()), engine.load_policy("nsa-backends@2").evaluate(c).to_dict())
-                                       for c in engine.load_policy("nsa-backends@2").domain())}
-    path = _entry("nsa-backends@2")
+    want = {c_key: d for c_key, d in ((tuple(c.items()), engine.load_policy("dsa-backends@2").evaluate(c).to_dict())
+                                       for c in engine.load_policy("dsa-backends@2").domain())}
+    path = _entry("dsa-backends@2")
     with open(path, "rb") as fh:
         good = fh.read()
     for bad in _damaged(good):
         with open(path, "wb") as fh:
             fh.write(bad)
-        policy = _fresh_load("nsa-backends@2")
+        policy = _fresh_load("dsa-backends@2")
         assert not _from_cache(policy)  # compiled from the file
         for c_key, d in want.items():
             assert policy.evaluate(dict(c_key)).to_dict() == d
@@ -194,38 +194,38 @@ def test_an_edited_file_is_never_answered_from_its_old_entry(folder, tmp_path):
 
 
 def test_entries_of_another_engine_are_ignored(folder, monkeypatch):
-    _fresh_load("nsa-backends@1")
+    _fresh_load("dsa-backends@1")
     monkeypatch.setattr(cache, "_fingerprint", "0" * 64)  # as if the engine's sources had changed
-    assert not _from_cache(_fresh_load("nsa-backends@1"))
-    assert _from_cache(_fresh_load("nsa-backends@1"))  # its own entry, written just now
+    assert not _from_cache(_fresh_load("dsa-backends@1"))
+    assert _from_cache(_fresh_load("dsa-backends@1"))  # its own entry, written just now
 
 
 def test_entries_others_could_write_and_links_are_ignored(folder, tmp_path):
-    _fresh_load("nsa-backends@1")
-    path = _entry("nsa-backends@1")
+    _fresh_load("dsa-backends@1")
+    path = _entry("dsa-backends@1")
     os.chmod(path, 0o666)
-    assert not _from_cache(_fresh_load("nsa-backends@1"))
+    assert not _from_cache(_fresh_load("dsa-backends@1"))
     os.chmod(path, 0o600)
-    assert _from_cache(_fresh_load("nsa-backends@1"))
+    assert _from_cache(_fresh_load("dsa-backends@1"))
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # root can give the file away
         os.chown(path, 4321, -1)
-        assert not _from_cache(_fresh_load("nsa-backends@1"))
+        assert not _from_cache(_fresh_load("dsa-backends@1"))
     os.replace(path, str(tmp_path / "elsewhere.bin"))
     os.symlink(str(tmp_path / "elsewhere.bin"), path)
-    assert not _from_cache(_fresh_load("nsa-backends@1"))
+    assert not _from_cache(_fresh_load("dsa-backends@1"))
 
 
 def test_the_cache_can_be_turned_off_and_may_be_unwritable(folder, monkeypatch, tmp_path):
     monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
     assert cache.directory() is None
-    assert not _from_cache(_fresh_load("nsa-backends@2"))
+    assert not _from_cache(_fresh_load("dsa-backends@2"))
     assert not folder.exists()
     monkeypatch.delenv("HISPARSE_NO_CACHE")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("HISPARSE_CACHE_DIR", str(blocker / "cache"))
-    assert not _from_cache(_fresh_load("nsa-backends@2"))  # nothing could be written: still loads
-    assert _fresh_load("nsa-backends@2").evaluate({}).ok
+    assert not _from_cache(_fresh_load("dsa-backends@2"))  # nothing could be written: still loads
+    assert _fresh_load("dsa-backends@2").evaluate({}).ok
 
 
 def test_default_location_follows_xdg(monkeypatch, tmp_path):
@@ -239,8 +239,8 @@ def test_default_location_follows_xdg(monkeypatch, tmp_path):
 
 
 def test_concurrent_writers_leave_one_whole_entry(folder):
-    policy = _fresh_load("nsa-backends@3")
-    path, display = loader.resolve_ref("nsa-backends@3")
+    policy = _fresh_load("dsa-backends@8")
+    path, display = loader.resolve_ref("dsa-backends@8")
     form = policy.form()
     threads = [threading.Thread(target=cache.store, args=(policy.sha256, display, form)) for _ in range(8)]
     for t in threads:
@@ -252,8 +252,8 @@ def test_concurrent_writers_leave_one_whole_entry(folder):
 
 
 def test_threads_building_the_full_model_of_a_cached_policy_at_once(folder):
-    _fresh_load("nsa-backends@3")
-    cached = _fresh_load("nsa-backends@3")
+    _fresh_load("dsa-backends@8")
+    cached = _fresh_load("dsa-backends@8")
     assert _from_cache(cached)
     seen, errors = [], []
 

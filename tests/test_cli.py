@@ -11,21 +11,21 @@ FP8 = ["--enable-hisparse", "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cac
 def test_evaluate_text_accepted(capsys):
     code, out, _ = run_cli(capsys, "evaluate", *FP8)
     assert code == 0
-    assert out.startswith("ACCEPTED by nsa-backends@")
+    assert out.startswith("ACCEPTED by dsa-backends@")
     assert "prefill: flashmla_kv" in out and "decode:  flashmla_kv" in out
     assert "log: HiSparse enabled (fp8_e4m3)" in out
 
 
 def test_evaluate_rejected_exit_1(capsys):
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@2", *FP8,
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@2", *FP8,
                            "--nsa-decode-backend", "flashmla_sparse")
     assert code == 1
-    assert out.splitlines()[0] == ("REJECTED by nsa-backends@2: HiSparse with --kv-cache-dtype=fp8_e4m3 requires "
+    assert out.splitlines()[0] == ("REJECTED by dsa-backends@2: HiSparse with --kv-cache-dtype=fp8_e4m3 requires "
                                    "--nsa-decode-backend in ['flashmla_kv'], but got flashmla_sparse.")
 
 
 def test_evaluate_json(capsys):
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@1", *FP8, "--format", "json")
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@1", *FP8, "--format", "json")
     assert code == 1
     d = json.loads(out)
     assert d["ok"] is False
@@ -35,11 +35,11 @@ def test_evaluate_json(capsys):
 
 
 def test_boolean_negation_and_sm(capsys):
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@2", "--no-dsa-model", "--enable-hisparse",
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@2", "--no-dsa-model", "--enable-hisparse",
                            "--format", "json")
     assert code == 1
     assert json.loads(out)["violations"][0]["check"] == "hisparse-dsa-model"
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@2", "--sm-major", "10", "--format", "json")
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@2", "--sm-major", "10", "--format", "json")
     d = json.loads(out)
     assert d["kv_cache_dtype"] == "fp8_e4m3" and d["nsa_decode_backend"] == "trtllm"
 
@@ -48,7 +48,7 @@ def test_boolean_negation_and_sm(capsys):
     (["--kv-cache-dtype", "fp8_e4m4"], "C502: kv-cache-dtype: 'fp8_e4m4' is not a valid value"),
     (["--sm-major", "ten"], "invalid int value"),
     (["--kv-cache-dtyp", "bf16"], "unrecognized arguments"),
-    (["--policy", "nsa-backends@7"], "R601"),
+    (["--policy", "dsa-backends@7"], "R601"),
 ])
 def test_bad_usage_exit_2_without_traceback(capsys, argv, text):
     code, out, err = run_cli(capsys, "evaluate", *argv)
@@ -106,7 +106,7 @@ def test_batch_aligned_with_errors(capsys, tmp_path):
     ]
     batch = tmp_path / "configs.jsonl"
     batch.write_text("\n".join(lines) + "\n")
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@2", "--batch", str(batch))
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@2", "--batch", str(batch))
     assert code == 2
     rows = [json.loads(x) for x in out.splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -118,7 +118,7 @@ def test_batch_aligned_with_errors(capsys, tmp_path):
 def test_batch_flags_are_the_base(capsys, tmp_path):
     batch = tmp_path / "b.jsonl"
     batch.write_text('{"kv_cache_dtype": "bfloat16"}\n{}\n')
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@2", "--enable-hisparse",
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@2", "--enable-hisparse",
                            "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3", "--batch", str(batch),
                            "--format", "text")
     assert code == 0
@@ -127,7 +127,7 @@ def test_batch_flags_are_the_base(capsys, tmp_path):
 
 
 def test_batch_from_stdin_process():
-    proc = run_process("evaluate", "--policy", "nsa-backends@2", "--batch", "-",
+    proc = run_process("evaluate", "--policy", "dsa-backends@2", "--batch", "-",
                        stdin='{"enable_hisparse": true}\n{"sm_major": 10}\n')
     assert proc.returncode == 1
     rows = [json.loads(x) for x in proc.stdout.splitlines()]
@@ -136,7 +136,7 @@ def test_batch_from_stdin_process():
 
 
 def test_explain(capsys):
-    code, out, _ = run_cli(capsys, "explain", "--policy", "nsa-backends@2", "--enable-hisparse",
+    code, out, _ = run_cli(capsys, "explain", "--policy", "dsa-backends@2", "--enable-hisparse",
                            "--nsa-decode-backend", "flashmla_sparse", "--disable-radix-cache")
     assert code == 0
     assert "1. resolve" in out and "2. defaults" in out and "3. checks" in out
@@ -146,15 +146,15 @@ def test_explain(capsys):
     assert "hisparse (line" in out and "CHOSEN" in out
     assert "decode stays flashmla_sparse (user)" in out
     assert "hisparse-backend-dtype [decode]" in out and "passed" in out
-    assert out.rstrip().splitlines()[-1].startswith("  policy: nsa-backends@2")
+    assert out.rstrip().splitlines()[-1].startswith("  policy: dsa-backends@2")
 
 
 def test_explain_stop_and_violation(capsys):
-    code, out, _ = run_cli(capsys, "explain", "--policy", "nsa-backends@2", "--kv-cache-dtype", "fp8_e5m2")
+    code, out, _ = run_cli(capsys, "explain", "--policy", "dsa-backends@2", "--kv-cache-dtype", "fp8_e5m2")
     assert code == 1
     assert "dsa-dtype (line" in out and "STOP" in out
     assert "Evaluation stopped at dsa-dtype" in out
-    code, out, _ = run_cli(capsys, "explain", "--policy", "nsa-backends@2", "--enable-hisparse")
+    code, out, _ = run_cli(capsys, "explain", "--policy", "dsa-backends@2", "--enable-hisparse")
     assert "hisparse-radix-cache (line" in out and "VIOLATED" in out
 
 
@@ -230,7 +230,7 @@ def test_every_option_of_every_command_is_reserved(capsys, monkeypatch):
     monkeypatch.setattr(options.Parser, "parse_args", real)
     from engine.policy.loader import list_families
 
-    refs = [f"nsa-backends@{v}" for v in list_families()["nsa-backends"]]
+    refs = [f"dsa-backends@{v}" for v in list_families()["dsa-backends"]]
     policy_flags = {f for ref in refs for spec in __import__("engine").load_policy(ref).inputs.values()
                     for f in tuple(spec.flags) + tuple(spec.deprecated)}
     own = {o for parser in seen.values() for o in parser._option_string_actions
@@ -270,7 +270,7 @@ def test_a_reader_that_leaves_is_not_a_read_error(tmp_path):
 
 def test_huge_integers_in_text_are_refused_by_name(capsys):
     big = "9" * 5000
-    for argv, text in ((["evaluate", "--policy", "nsa-backends@" + big], "R601: no version 999"),
+    for argv, text in ((["evaluate", "--policy", "dsa-backends@" + big], "R601: no version 999"),
                        (["table", "--where", "sm_major=" + big], "--where sm_major='999"),
                        (["evaluate", "--sm-major", big], "invalid int value: '999")):
         code, out, err = run_cli(capsys, *argv)
@@ -284,7 +284,7 @@ def test_whole_domain_operations_report_progress():
     from engine.analysis.table import routing_rows
 
     seen = []
-    a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    a, b = engine.load_policy("dsa-backends@1"), engine.load_policy("dsa-backends@2")
     result = diff(a, b, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (result["total"], result["total"])
     assert len(seen) == result["total"] // PROGRESS_EVERY + 1

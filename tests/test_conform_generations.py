@@ -39,7 +39,7 @@ def _read_back(policy, case: Case) -> dict:
     return config
 
 
-@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2"])
+@pytest.mark.parametrize("ref", ["dsa-backends@1", "dsa-backends@2"])
 def test_case_of_round_trips_the_whole_domain(ref):
     policy = engine.load_policy(ref)
     seen = set()

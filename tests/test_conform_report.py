@@ -12,7 +12,7 @@ from engine.sglang.conform import cases, report, sample
 from engine.sglang.conform.protocol import Result
 from engine.cli.reports import conform_text
 
-V4 = engine.load_policy("nsa-backends@4")
+V4 = engine.load_policy("dsa-backends@10")
 
 
 def as_result(decision) -> Result:
@@ -41,7 +41,7 @@ def test_models_by_architecture(dsa, family, arch):
 
 
 def test_older_versions_use_their_own_flags():
-    v2 = engine.load_policy("nsa-backends@2")
+    v2 = engine.load_policy("dsa-backends@2")
     case = cases.case_of(v2, v2.complete({"nsa_prefill_backend": "flashmla_kv", "platform": "hip"}))
     assert case.argv == ("--nsa-prefill-backend", "flashmla_kv") and case.platform == "hip"
 
@@ -143,7 +143,7 @@ def test_report_text_names_both_sides():
     assert "decode fa3 (policy) vs trtllm (SGLang)" in text
     assert "policy: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=fa3" in text
     assert "SGLang: accepted kv_cache_dtype=bfloat16 prefill=flashmla_sparse decode=trtllm" in text
-    assert conform_text(got, markdown=True).startswith("### nsa-backends@4 vs SGLang 0.5.23")
+    assert conform_text(got, markdown=True).startswith("### dsa-backends@10 vs SGLang 0.5.23")
 
 
 def test_conform_exits_2_naming_what_to_install_without_sglang():

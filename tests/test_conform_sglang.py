@@ -1,5 +1,5 @@
 """`hisparse conform` against the real SGLang 0.5.23 (installed by `make install`): a fixed stratified
-sample of nsa-backends@4 agrees on every field, and nsa-backends@3's known differences come out
+sample of dsa-backends@10 agrees on every field, and dsa-backends@8's known differences come out
 as a few grouped patterns. Without SGLang these tests skip, except in CI, where its absence fails."""
 import json
 import os
@@ -27,7 +27,7 @@ def test_sglang_0523_is_installed():
 
 
 def test_v4_agrees_with_sglang_on_a_stratified_sample():
-    code, report, err = conform("--policy", "nsa-backends@4", "--sample", "5000", "--seed", "7")
+    code, report, err = conform("--policy", "dsa-backends@10", "--sample", "5000", "--seed", "7")
     counts = report["counts"]
     assert code == 0 and report["conformant"], json.dumps(report["groups"][:2], indent=1)
     assert report["total"] == 5000 and counts["differ"] == 0
@@ -39,7 +39,7 @@ def test_v4_agrees_with_sglang_on_a_stratified_sample():
 
 
 def test_v3_differences_are_few_patterns_and_none_logs_after_a_raise():
-    code, report, _ = conform("--policy", "nsa-backends@3", "--sample", "3000", "--seed", "7",
+    code, report, _ = conform("--policy", "dsa-backends@8", "--sample", "3000", "--seed", "7",
                               "--where", "dsa_model=true")
     assert code == 1 and not report["conformant"]
     assert "models sglang 23749862; the installed SGLang is 0.5.23" in report["warning"]

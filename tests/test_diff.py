@@ -26,7 +26,7 @@ def _oracle_class(a, b):
 
 
 def test_v1_to_v2_counts_match_sglang():
-    result = diff(engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2"))
+    result = diff(engine.load_policy("dsa-backends@1"), engine.load_policy("dsa-backends@2"))
     expected = dict.fromkeys(CLASSES, 0)
     for config in domain():
         cls = _oracle_class(route(1, **config), route(2, **config))
@@ -52,7 +52,7 @@ def _matches(config, pattern):
 
 
 def test_patterns_describe_exactly_the_changed_configs():
-    a, b = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    a, b = engine.load_policy("dsa-backends@1"), engine.load_policy("dsa-backends@2")
     result = diff(a, b)
     for group in result["groups"]:
         hits = 0
@@ -71,22 +71,22 @@ def test_patterns_describe_exactly_the_changed_configs():
 
 
 def test_identical_policies_are_equivalent(capsys):
-    code, out, _ = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@2")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@2")
     assert code == 0
-    assert out.strip() == "nsa-backends@2 -> nsa-backends@2: equivalent on all 12288 configs"
+    assert out.strip() == "dsa-backends@2 -> dsa-backends@2: equivalent on all 12288 configs"
 
 
 def test_cli_formats_and_exit_codes(capsys):
-    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--format", "json")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@1", "dsa-backends@2", "--format", "json")
     assert code == 1
     result = json.loads(out)
     assert set(result) >= {"equivalent", "total", "counts", "groups", "examples"}
     assert result["equivalent"] is False
-    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--format", "markdown")
-    assert code == 1 and out.startswith("### `nsa-backends@1 -> nsa-backends@2`")
-    code, out, _ = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@1", "dsa-backends@2", "--format", "markdown")
+    assert code == 1 and out.startswith("### `dsa-backends@1 -> dsa-backends@2`")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@1", "dsa-backends@2")
     assert len(out.splitlines()) < 40  # a person reads groups, not thousands of configs
-    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nope@1")
+    code, _, err = run_cli(capsys, "diff", "dsa-backends@1", "nope@1")
     assert code == 2 and "R601" in err
 
 
@@ -129,7 +129,7 @@ def test_minimize_is_an_exact_cover(seed):
 
 
 def test_where_restricts_the_domain(capsys):
-    a, b = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
     result = diff(a, b, where=["enable_hisparse=true", "platform=cuda", "hisparse_device_buffer_size=unset"])
     assert result["where"] == {"enable_hisparse": True, "platform": "cuda", "hisparse_device_buffer_size": None}
     full = diff(a, b)
@@ -139,9 +139,9 @@ def test_where_restricts_the_domain(capsys):
     # GLM-5 on SM12 under HiSparse moved from flashmla_kv to flashinfer_sparse_mla
     moved = [g for g in result["groups"] if g["class"] == "backend_changed"]
     assert moved and all("flashinfer_sparse_mla" in g["change"] for g in moved)
-    code, out, _ = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@3", "--where", "enable_hisparse=true")
-    assert code == 1 and out.startswith("nsa-backends@2 -> nsa-backends@3 where enable_hisparse=true:")
-    code, _, err = run_cli(capsys, "diff", "nsa-backends@2", "nsa-backends@3", "--where", "hisparse=true")
+    code, out, _ = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@8", "--where", "enable_hisparse=true")
+    assert code == 1 and out.startswith("dsa-backends@2 -> dsa-backends@8 where enable_hisparse=true:")
+    code, _, err = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@8", "--where", "hisparse=true")
     assert code == 2 and "C501" in err
 
 
@@ -157,7 +157,7 @@ def _status(policy, config):
 
 def test_v2_to_v3_groups_agree_with_direct_evaluation():
     """Each group's example, evaluated directly on both policies, shows the group's class."""
-    a, b = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
     result = diff(a, b, where=["dsa_model=true", "enable_hisparse=true"])
     assert result["groups"]
     for group in result["groups"]:
@@ -182,11 +182,11 @@ def test_whole_domain_operations_refuse_an_enormous_domain(capsys, tmp_path, mon
     import engine.analysis.domain as d
 
     monkeypatch.setattr(d, "MAX_CONFIGS", 5000)
-    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2")
+    code, _, err = run_cli(capsys, "diff", "dsa-backends@1", "dsa-backends@2")
     assert code == 2 and "C506" in err and "12,288 configs" in err and "--where" in err
-    code, _, err = run_cli(capsys, "diff", "nsa-backends@1", "nsa-backends@2", "--where", "dsa_model=true",
+    code, _, err = run_cli(capsys, "diff", "dsa-backends@1", "dsa-backends@2", "--where", "dsa_model=true",
                            "--where", "enable_hisparse=true")
     assert code == 1  # restricted to 3,072 configs: runs
     monkeypatch.setattr(d, "MAX_CONFIGS", 2000)  # the v2 table evaluates 192 rows x 15
-    code, _, err = run_cli(capsys, "table", "--policy", "nsa-backends@2")
+    code, _, err = run_cli(capsys, "table", "--policy", "dsa-backends@2")
     assert code == 2 and "C506" in err and "2,880 configs" in err

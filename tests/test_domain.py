@@ -13,7 +13,7 @@ from engine.analysis.diff import diff, restrict, union_axes
 from engine.analysis.lint import lint
 from tests.helpers import load_text
 
-SHIPPED = ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"]
+SHIPPED = ["dsa-backends@1", "dsa-backends@2", "dsa-backends@8", "dsa-backends@10"]
 
 SYN_A = """
 policy: syn
@@ -271,14 +271,14 @@ def test_diff_of_synthetic_policies_equals_direct_evaluation(synthetic, pair):
 
 
 def test_diff_v2_to_v3_equals_direct_evaluation():
-    a, b = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    a, b = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
     result = diff(a, b)
     assert result["total"] == 373248
     _assert_same(result, _direct_diff(a, b), a, b)
 
 
 def test_diff_v3_to_v4_equals_direct_evaluation():
-    a, b = engine.load_policy("nsa-backends@3"), engine.load_policy("nsa-backends@4")
+    a, b = engine.load_policy("dsa-backends@8"), engine.load_policy("dsa-backends@10")
     where = ["dsa_model=true", "disable_radix_cache=true"]  # a quarter of the union keeps it quick
     result = diff(a, b, where=where)
     assert result["total"] == 179712
@@ -337,7 +337,7 @@ def test_lint_of_v4_equals_direct_evaluation():
     or chosen is never reported as dead or shadowed."""
     from engine.language import interpreter as interpret
 
-    policy = engine.load_policy("nsa-backends@4")
+    policy = engine.load_policy("dsa-backends@10")
     problems, _ = lint(policy)
     found = {(p.code, p.message.split("'")[1]): p.message for p in problems}
     defaults = {r.name for r in policy.stages["defaults"].rules}
@@ -362,7 +362,7 @@ def test_lint_of_v4_equals_direct_evaluation():
                 assert ("L401", step.rule.name) not in found and ("L402", step.rule.name) not in found
 
 
-@pytest.mark.parametrize("source", ["nsa-backends@1", "nsa-backends@2", "syn-a", "syn-b", "syn-c",
+@pytest.mark.parametrize("source", ["dsa-backends@1", "dsa-backends@2", "syn-a", "syn-b", "syn-c",
                                     "L401", "L402", "L403"])
 def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
     import os
@@ -396,7 +396,7 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
 def test_a_probe_that_loses_configs_is_an_error(monkeypatch):
     from engine.analysis import domain
 
-    policy = engine.load_policy("nsa-backends@1")
+    policy = engine.load_policy("dsa-backends@1")
     real = policy.probe(False)
     monkeypatch.setitem(policy._probes, False, lambda configs, sink, held, chosen: real(configs[:-1], sink, held, chosen))
     with pytest.raises(RuntimeError, match="results for"):

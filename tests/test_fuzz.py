@@ -48,8 +48,8 @@ def fuzz(ci_examples: int, share: int = 1):
                                            HealthCheck.filter_too_much])
 
 
-SHIPPED = {f"nsa-backends@{v}": engine.load_policy(f"nsa-backends@{v}")
-           for v in engine.list_families()["nsa-backends"]}
+SHIPPED = {f"dsa-backends@{v}": engine.load_policy(f"dsa-backends@{v}")
+           for v in engine.list_families()["dsa-backends"]}
 REFS = sorted(SHIPPED)
 
 
@@ -234,12 +234,12 @@ def mutations(draw, original: bytes) -> bytes:
 def family_dir(tmp_path_factory):
     """A policy folder where mutated files sit at their real place (<family>/v<N>.yaml)."""
     root = tmp_path_factory.mktemp("fuzz-policies")
-    (root / "nsa-backends").mkdir()
+    (root / "dsa-backends").mkdir()
     return root
 
 
 def _write_mutant(family_dir, ref, data) -> str:
-    path = family_dir / "nsa-backends" / f"v{ref.split('@')[1]}.yaml"
+    path = family_dir / "dsa-backends" / f"v{ref.split('@')[1]}.yaml"
     path.write_bytes(data)
     return str(path)
 

@@ -10,7 +10,7 @@ import engine
 from engine.sglang.given import combine, read_layer
 from tests.helpers import run_cli, write_policy
 
-V3 = "nsa-backends@3"
+V3 = "dsa-backends@8"
 
 
 def glm5_next_dir(tmp_path):
@@ -239,16 +239,16 @@ def test_unrelated_flags_with_several_values_are_still_skipped():
 
 
 def test_a_removed_spelling_names_its_replacement_in_every_source(capsys, tmp_path):
-    """nsa-backends@4 (SGLang 0.5.23) removed --nsa-decode-backend: refused from a launch
+    """dsa-backends@10 (SGLang 0.5.23) removed --nsa-decode-backend: refused from a launch
     command, a config file and a batch line alike, naming --dsa-decode-backend."""
-    code, _, err = run_cli(capsys, "evaluate", "--policy", "nsa-backends@4", "--",
+    code, _, err = run_cli(capsys, "evaluate", "--policy", "dsa-backends@10", "--",
                            "--model-path", "deepseek-ai/DeepSeek-V3.2", "--nsa-decode-backend", "fa3")
     assert code == 2 and "--nsa-decode-backend was removed" in err and "use --dsa-decode-backend" in err, err
     path = tmp_path / "server.yaml"
     path.write_text("tp: 8\nnsa-decode-backend: fa3\n")
-    code, _, err = run_cli(capsys, "evaluate", "--policy", "nsa-backends@4", "--config", str(path))
+    code, _, err = run_cli(capsys, "evaluate", "--policy", "dsa-backends@10", "--config", str(path))
     assert code == 2 and f"{path}:2:1: C501" in err and "was removed" in err, err
     batch = tmp_path / "b.jsonl"
     batch.write_text('{"nsa_decode_backend": "fa3"}\n')
-    code, out, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@4", "--batch", str(batch))
+    code, out, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@10", "--batch", str(batch))
     assert code == 2 and json.loads(out)["error"]["hint"] == "use --dsa-decode-backend"

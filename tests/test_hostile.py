@@ -121,7 +121,7 @@ SPECIAL = {  # not regular files, or not readable; check reads a folder as a fol
 @pytest.fixture(scope="module")
 def clean_rss_kb():
     """Peak RSS of a child checking a good policy: the baseline memory figures are compared to."""
-    return _run_child(["check", "--no-deep", os.path.join(ROOT, "policies", "nsa-backends", "v3.yaml")],
+    return _run_child(["check", "--no-deep", os.path.join(ROOT, "policies", "dsa-backends", "v3.yaml")],
                       ROOT, {})[3]
 
 
@@ -172,7 +172,7 @@ def _expect_line(path, code, pos) -> str:
 def good_cache():
     """The good policies loaded, and a snapshot of the cache a hostile load must not touch."""
     for version in (1, 2, 3):
-        engine.load_policy(f"nsa-backends@{version}")
+        engine.load_policy(f"dsa-backends@{version}")
     before = dict(loader._cache)
     yield before
     assert dict(loader._cache) == before and all(loader._cache[k] is v for k, v in before.items())
@@ -234,7 +234,7 @@ def test_generated_file(name, tmp_path, monkeypatch, clean_rss_kb, good_cache, f
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
 def test_special_file(kind, tmp_path, clean_rss_kb, good_cache, figures):
     make, fragment = SPECIAL[kind]
-    path = tmp_path / "nsa-backends" / "v9.yaml"  # named like a policy: check must look at it
+    path = tmp_path / "dsa-backends" / "v9.yaml"  # named like a policy: check must look at it
     path.parent.mkdir()
     make(path)
     if kind == "unreadable" and os.geteuid() == 0:

@@ -70,13 +70,13 @@ def cases(f):
     return [
         # huge integers wherever a number is read from text
         ("evaluate int flag", ["evaluate", "--sm-major", BIG], None),
-        ("evaluate policy version", ["evaluate", "--policy", "nsa-backends@" + BIG], None),
+        ("evaluate policy version", ["evaluate", "--policy", "dsa-backends@" + BIG], None),
         ("evaluate --hisparse-config", ["evaluate", *launch, "--hisparse-config", '{"top_k": %s}' % BIG], None),
         ("evaluate --hisparse-config deep", ["evaluate", *launch, "--hisparse-config", "[" * 10000], None),
         ("evaluate launch int", ["evaluate", *launch, "--sm-major", BIG], None),
         ("table --where int", ["table", "--where", "sm_major=" + BIG], None),
-        ("diff --where int", ["diff", "nsa-backends@1", "nsa-backends@2", "--where", "sm_major=" + BIG], None),
-        ("diff --max-patterns", ["diff", "nsa-backends@1", "nsa-backends@2", "--max-patterns", BIG], None),
+        ("diff --where int", ["diff", "dsa-backends@1", "dsa-backends@2", "--where", "sm_major=" + BIG], None),
+        ("diff --max-patterns", ["diff", "dsa-backends@1", "dsa-backends@2", "--max-patterns", BIG], None),
         ("test --min-coverage", ["test", "--min-coverage", "1e999"], None),
         ("replay --max-records", ["replay", f["record"], "--max-records", BIG], None),
         ("attend --seed float", ["attend", "--seed", "1e30", *small], None),

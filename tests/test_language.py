@@ -208,7 +208,7 @@ def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):
     assert [p.code for p in exc.value.problems] == ["E307"]
 
 
-@pytest.mark.parametrize("ref", ["nsa-backends@1", "nsa-backends@2", "nsa-backends@3", "nsa-backends@4"])
+@pytest.mark.parametrize("ref", ["dsa-backends@1", "dsa-backends@2", "dsa-backends@8", "dsa-backends@10"])
 def test_instrumented_evaluator_counts_like_the_interpreter(ref):
     """The lint's compiled probe counts the same rule hits as the interpreter's traces."""
     assert_probe_counts_like_traces(engine.load_policy(ref), every=11)  # a sample keeps v3 quick

@@ -197,7 +197,7 @@ def test_at_belongs_to_checks_only(tmp_path):
 def test_at_defaults_checks_in_the_shipped_v4():
     """SGLang 0.5.23 raises inside its backend step (_check_dsa_backend_constraints) before it logs
     "Set DSA backends ..."; its HiSparse checks run after, with the line logged."""
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     assert [r.name for r in v4.stages["checks"].rules if r.at == "defaults"] == [
         "tilelang-fp8-hisparse", "triton-on-cuda", "tilelang-fp8-both", "tilelang-fp8-sm89"]
     for d in (v4.evaluate({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"}),
@@ -216,7 +216,7 @@ version: 1
 description: What a version models.
 upstream:
   project: sglang
-  version: 1.2.3
+  releases: [1.2.3, 1.2.3.post1]
   note: >-
     Two   lines
     of note.
@@ -244,19 +244,23 @@ NO_UPSTREAM = UPSTREAM[:UPSTREAM.index("upstream:")] + UPSTREAM[UPSTREAM.index("
 
 def test_upstream_is_read(tmp_path):
     policy = load_text(tmp_path, UPSTREAM)
-    assert policy.upstream == Upstream("sglang", "1.2.3", None, None, "Two lines of note.", (
+    assert policy.upstream == Upstream("sglang", ("1.2.3", "1.2.3.post1"), None, None, "Two lines of note.", (
         ("srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "a generic gate"), ("srt/other.py", "all of it"),
         ("groups/x.py:f", "x")))
-    assert policy.upstream.label() == "sglang 1.2.3"
+    assert policy.upstream.label() == "sglang 1.2.3, 1.2.3.post1"
+    # exact release strings: a .post release is modelled only when listed
+    assert policy.upstream.models("1.2.3.post1") and not policy.upstream.models("1.2")
+    assert not policy.upstream.models("1.2.3.post2")
     assert load_text(tmp_path, NO_UPSTREAM, "other.yaml").upstream is None
-    assert engine.load_policy("nsa-backends@4").upstream.label() == "sglang 0.5.23"
+    assert engine.load_policy("dsa-backends@10").upstream.label() == "sglang 0.5.22, 0.5.23"
 
 
 @pytest.mark.parametrize("fields, label", [
-    ({"version": "0.5.23"}, "sglang 0.5.23"),
+    ({"releases": ("0.5.23",)}, "sglang 0.5.23"),
+    ({"releases": ("0.5.22", "0.5.23")}, "sglang 0.5.22, 0.5.23"),
     ({"commit": "0123456789abcdef0123"}, "sglang 0123456789ab"),
     ({"pr": 23013, "commit": "1f2e3d4"}, "sglang PR #23013 (1f2e3d4)"),
-    ({"version": "0.5.23", "commit": "abcdef0"}, "sglang 0.5.23 (abcdef0)"),
+    ({"releases": ("0.5.23",), "commit": "abcdef0"}, "sglang 0.5.23 (abcdef0)"),
     ({"pr": 7}, "sglang PR #7"),
 ])
 def test_upstream_label(fields, label):
@@ -286,7 +290,7 @@ def test_conform_counts_a_left_out_place_as_out_of_scope():
     from engine.sglang.conform import cases, report
     from engine.sglang.conform.protocol import Result
 
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     c = v4.complete({"dsa_model": False, "kv_cache_dtype": "mxfp8"})
     assert v4.evaluate(c).ok
 
@@ -330,13 +334,13 @@ def test_explain_names_what_the_policy_models_first(tmp_path, capsys):
     assert out.splitlines()[0] == f"Policy up@1 ({other.file}, sha256:{other.sha256[:12]})"
 
 
-def test_upstream_needs_version_commit_or_pr(tmp_path):
-    text = UPSTREAM.replace("  version: 1.2.3\n", "")
+def test_upstream_needs_releases_commit_or_pr(tmp_path):
+    text = UPSTREAM.replace("  releases: [1.2.3, 1.2.3.post1]\n", "")
     (p,) = problems_of(tmp_path, text)
-    assert p.code == "E201" and p.message == "upstream needs one of version, commit or pr: what it models"
+    assert p.code == "E201" and p.message == "upstream needs one of releases, commit or pr: what it models"
     assert (p.line, p.col) == at(text, "upstream:")
     for replacement in ("  commit: 1f2e3d4\n", "  pr: 23013\n"):
-        assert load_text(tmp_path, UPSTREAM.replace("  version: 1.2.3\n", replacement)).upstream.label()
+        assert load_text(tmp_path, UPSTREAM.replace("  releases: [1.2.3, 1.2.3.post1]\n", replacement)).upstream.label()
 
 
 @pytest.mark.parametrize("line, bad, what", [
@@ -609,7 +613,7 @@ def test_lint_is_clean_where_nothing_contradicts(tmp_path):
 
 
 def test_the_shipped_v4_phase_subset():
-    v4 = engine.load_policy("nsa-backends@4")
+    v4 = engine.load_policy("dsa-backends@10")
     assert "triton_sparse_mla" in v4.inputs["dsa_prefill_backend"].values
     assert "triton_sparse_mla" not in v4.inputs["dsa_decode_backend"].values
     assert set(v4.inputs["dsa_decode_backend"].values) == set(v4.backends) - {"triton_sparse_mla"}

@@ -12,7 +12,7 @@ from engine.policy import memo
 
 @pytest.fixture
 def v2():
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     policy.evaluate.memo.clear()
     return policy
 
@@ -86,7 +86,7 @@ def test_enum_members_get_the_decision_of_their_value(v2):
 
 
 def test_other_spellings_and_unknown_keys_never_hit():
-    v3 = engine.load_policy("nsa-backends@3")
+    v3 = engine.load_policy("dsa-backends@8")
     canonical = v3.evaluate({"dsa_decode_backend": "flashmla_kv"})
     deprecated = v3.evaluate({"nsa_decode_backend": "flashmla_kv"})  # same length, another key
     assert deprecated.log[0].startswith("'--nsa-decode-backend' is deprecated")

@@ -378,7 +378,7 @@ def test_the_readme_names_every_command():
 
 
 def test_the_parse_only_check_refuses_a_bad_command():
-    assert hisparse_parses(["conform", "--policy", "nsa-backends@4", "--sample", "5000"]) is None
+    assert hisparse_parses(["conform", "--policy", "dsa-backends@10", "--sample", "5000"]) is None
     assert "unrecognized" in hisparse_parses(["conform", "--smaple", "5000"])
     assert hisparse_parses(["evalute"]) is not None
     assert "R601" in hisparse_parses(["evaluate", "--policy", "no-such-family"])
@@ -451,11 +451,11 @@ def test_yaml_snippets_are_excerpts_of_shipped_files(page):
 
 def test_language_snippets_of_v4_are_excerpts_of_it():
     """The YAML snippets of the policy language page that show the newer features are
-    nsa-backends@4's own text, so they load and mean what the shipped policy means."""
+    dsa-backends@10's own text, so they load and mean what the shipped policy means."""
     import yaml
 
     section = read("docs/policy-language.md")
-    v4 = shipped_yaml()[os.path.join("policies", "nsa-backends", "v4.yaml")]
+    v4 = shipped_yaml()[os.path.join("policies", "dsa-backends", "v4.yaml")]
     snippets = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
     shown = [s for s in snippets if any(word in json.dumps(s) for word in ("upstream", "removed_flags", '"at"'))]
     assert len(shown) == 3
@@ -468,7 +468,7 @@ def test_the_removed_spelling_example_is_what_v4_says():
     import engine
 
     with pytest.raises(engine.ConfigError) as exc:
-        engine.load_policy("nsa-backends@4").evaluate({"nsa-decode-backend": "fa3"})
+        engine.load_policy("dsa-backends@10").evaluate({"nsa-decode-backend": "fa3"})
     assert f"`{exc.value.problems[0]}`" in read("docs/policy-language.md")
 
 
@@ -477,7 +477,7 @@ def test_json_decision_example_is_real_output():
     assert len(json_blocks) == 1  # the one below; another needs its own check
     block = json_blocks[0][1].lines
     shown = json.loads(re.sub(r'"([0-9a-f]+)…"', r'"\1"', "\n".join(block)))  # an abbreviated sha256
-    code, out = run_command("hisparse evaluate --policy nsa-backends@2 --enable-hisparse --kv-cache-dtype "
+    code, out = run_command("hisparse evaluate --policy dsa-backends@2 --enable-hisparse --kv-cache-dtype "
                             "fp8_e4m3 --disable-radix-cache --nsa-decode-backend flashmla_sparse --format json", ROOT)
     real = json.loads(out)
     assert code == 1

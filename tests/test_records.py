@@ -14,7 +14,7 @@ WRITERS, PER_WRITER = 6, 150
 
 
 def _writer(path, seed):
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     configs = list(policy.domain())
     for i in range(PER_WRITER):
         # one record per call, like one `hisparse evaluate --record` per server start
@@ -31,7 +31,7 @@ def _check_file(path, expected):
         rec = json.loads(line)  # a mangled or interleaved line would not parse
         assert set(rec) == {"time", "policy", "input", "decision"}
         assert rec["time"].endswith("Z") and rec["policy"]["version"] == 2
-        again = engine.evaluate("nsa-backends@2", rec["input"]).to_dict()
+        again = engine.evaluate("dsa-backends@2", rec["input"]).to_dict()
         assert again == rec["decision"]
 
 
@@ -60,7 +60,7 @@ def test_concurrent_threads(tmp_path):
 def test_replay_of_the_whole_domain_equals_diff(tmp_path):
     """Record every config under v1, replay against v2: the same counts as diff v1 -> v2."""
     path = str(tmp_path / "v1.jsonl")
-    v1, v2 = engine.load_policy("nsa-backends@1"), engine.load_policy("nsa-backends@2")
+    v1, v2 = engine.load_policy("dsa-backends@1"), engine.load_policy("dsa-backends@2")
     append_records(path, [v1.evaluate(c) for c in v1.domain()])
     result = replay(path, v2)
     assert result["total"] == 12288 and not result["problems"]
@@ -70,23 +70,23 @@ def test_replay_of_the_whole_domain_equals_diff(tmp_path):
 
 def test_cli_record_and_replay(capsys, tmp_path):
     path = str(tmp_path / "r.jsonl")
-    code, _, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@1", "--enable-hisparse",
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@1", "--enable-hisparse",
                          "--kv-cache-dtype", "fp8_e4m3", "--disable-radix-cache", "--record", path)
     assert code == 1
     batch = tmp_path / "b.jsonl"
     batch.write_text('{"sm_major": 10}\nnot json\n')
-    code, _, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@1", "--batch", str(batch), "--record", path)
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@1", "--batch", str(batch), "--record", path)
     assert code == 2
     with open(path) as fh:
         assert len(fh.readlines()) == 2  # the bad batch line is not recorded
-    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@2")
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "dsa-backends@2")
     assert code == 1
     assert "1 of 2 recorded decisions would change (newly_accepted 1)" in out
-    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@2", "--format", "json")
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "dsa-backends@2", "--format", "json")
     assert json.loads(out)["counts"]["newly_accepted"] == 1
     with open(path, "a") as fh:
         fh.write("{broken\n")
-    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@1")
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "dsa-backends@1")
     assert code == 2 and ":3:1: C505" in out
     code, _, err = run_cli(capsys, "evaluate", "--record", str(tmp_path / "no" / "dir" / "r.jsonl"))
     assert code == 2 and "C504" in err
@@ -97,7 +97,7 @@ def test_a_record_keeps_the_spellings_so_replay_against_another_version_is_meani
     path: replayed against v1 it is read as v1 reads it, never as an unknown key
     'dsa_decode_backend' or 'model_family' the user never typed."""
     path = str(tmp_path / "r.jsonl")
-    code, _, _ = run_cli(capsys, "evaluate", "--policy", "nsa-backends@3", "--record", path, "--",
+    code, _, _ = run_cli(capsys, "evaluate", "--policy", "dsa-backends@8", "--record", path, "--",
                          "python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5",
                          "--kv-cache-dtype", "bfloat16", "--nsa-decode-backend", "fa3", "--tp", "8")
     assert code == 0
@@ -105,17 +105,17 @@ def test_a_record_keeps_the_spellings_so_replay_against_another_version_is_meani
         rec = json.loads(fh.readline())
     assert rec["input"] == {"kv-cache-dtype": "bfloat16", "nsa-decode-backend": "fa3", "model-path": "zai-org/GLM-5"}
     assert rec["decision"]["model_family"] == "glm5"
-    result = replay(path, engine.load_policy("nsa-backends@1"))
+    result = replay(path, engine.load_policy("dsa-backends@1"))
     assert result["problems"] == [] and result["counts"]["newly_rejected"] == 0, result
     assert result["equivalent"] or all(g["class"] == "log_changed" for g in result["groups"]), result
-    code, out, _ = run_cli(capsys, "replay", path, "--policy", "nsa-backends@1")
+    code, out, _ = run_cli(capsys, "replay", path, "--policy", "dsa-backends@1")
     assert "unknown config key" not in out and "invalid config" not in out, out
 
 
 def test_replay_reads_options_and_model_paths_as_the_other_version_does(tmp_path):
     """--hisparse-config recorded under v2 (which does not read it) counts when replayed on v3."""
     path = str(tmp_path / "r.jsonl")
-    v2, v3 = engine.load_policy("nsa-backends@2"), engine.load_policy("nsa-backends@3")
+    v2, v3 = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
     from engine.sglang.given import combine, read_layer
 
     given = {"model-path": "deepseek-ai/DeepSeek-V3.2", "enable-hisparse": True, "disable-radix-cache": True,
@@ -144,7 +144,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     from engine.serving import records
 
     path = str(tmp_path / "r.jsonl")
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     append_records(path, [policy.evaluate({})])
     before = open(path, "rb").read()
     monkeypatch.setattr(records, "_write", _Full(records.os.write, 37))
@@ -158,7 +158,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, monkeypatch):
 
 def test_a_torn_last_line_is_never_glued_to_and_replay_reports_it(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     append_records(str(path), [policy.evaluate({})])
     whole = path.read_bytes()
     path.write_bytes(whole + whole[:50])  # an older writer died half-way through a record
@@ -170,7 +170,7 @@ def test_a_torn_last_line_is_never_glued_to_and_replay_reports_it(tmp_path, caps
     (problem,) = result["problems"]
     assert (problem["line"], problem["code"]) == (2, "C505") and "not a JSON record" in problem["message"]
     path.write_bytes(whole + "{\"input\": {\"é\"".encode()[:-2])  # torn inside a UTF-8 character too
-    code, out, _ = run_cli(capsys, "replay", str(path), "--policy", "nsa-backends@2")
+    code, out, _ = run_cli(capsys, "replay", str(path), "--policy", "dsa-backends@2")
     assert code == 2 and "all 1 recorded decisions stay the same" in out
     assert f"{path}:2:1: C505: torn record: the file ends inside this line, without its newline" in out
 
@@ -180,7 +180,7 @@ import resource, sys
 import engine
 from engine.serving.records import append_records
 path, limit = sys.argv[1], int(sys.argv[2])
-policy = engine.load_policy("nsa-backends@2")
+policy = engine.load_policy("dsa-backends@2")
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 try:
     append_records(path, [policy.evaluate({"sm_major": 10})])
@@ -199,7 +199,7 @@ def test_a_file_size_limit_mid_append_leaves_no_torn_line(tmp_path):
     from tests.helpers import ROOT
 
     path = str(tmp_path / "r.jsonl")
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     append_records(path, [policy.evaluate({})])
     before = open(path, "rb").read()
     run = subprocess.run([sys.executable, "-c", RLIMIT_CHILD, path, str(len(before) + 40)], capture_output=True,

@@ -9,7 +9,7 @@ import engine
 from engine.sglang import apply, config_from_launch, model_is_dsa
 from tests.helpers import run_cli
 
-V2 = "nsa-backends@2"
+V2 = "dsa-backends@2"
 
 
 def launch(cmd: str, ref=V2):
@@ -158,7 +158,7 @@ def test_glm5_next_never_gets_glm5_defaults(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "evaluate", "--policy", V3, "--sm-major", "12", "--kv-cache-dtype", "fp8_e4m3",
                            "--model-path", "zai-org/GLM-5.3-Flash", "--format", "json")
     assert json.loads(out)["backends"]["decode"] == "trtllm"
-    policy = engine.load_policy("nsa-backends@4")  # declares glm5_next
+    policy = engine.load_policy("dsa-backends@10")  # declares glm5_next
     config, notes = config_from_launch(policy, ["--model-path", str(folder)])
     assert config["model_family"] == "glm5_next" and not any("glm5_next" in n for n in notes)
     d = policy.evaluate(dict(config, sm_major=12, kv_cache_dtype="fp8_e4m3"))
@@ -256,7 +256,7 @@ def test_apply_reads_the_model_path():
     assert plain.nsa_decode_backend is None  # no DSA routing for it
 
 
-V3 = "nsa-backends@3"
+V3 = "dsa-backends@8"
 
 
 def test_v3_deprecated_spelling_in_a_launch_command_is_logged():

@@ -1,4 +1,4 @@
-"""nsa-backends@1 and @2 agree with SGLang (the transcription in sglang_reference.py) on every
+"""dsa-backends@1 and @2 agree with SGLang (the transcription in sglang_reference.py) on every
 config of the reference's input domain, and the compiled evaluator agrees with the interpreter."""
 import pytest
 
@@ -11,7 +11,7 @@ DOMAIN = list(domain())
 def test_domain_is_the_reference_domain():
     assert len(DOMAIN) == 12288
     for version in (1, 2):
-        policy = engine.load_policy(f"nsa-backends@{version}")
+        policy = engine.load_policy(f"dsa-backends@{version}")
         assert policy.domain_size() == 12288
         ours = {tuple(sorted(c.items())) for c in policy.domain()}
         assert ours == {tuple(sorted(c.items())) for c in DOMAIN}
@@ -19,7 +19,7 @@ def test_domain_is_the_reference_domain():
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_every_config_matches_sglang(version):
-    policy = engine.load_policy(f"nsa-backends@{version}")
+    policy = engine.load_policy(f"dsa-backends@{version}")
     mismatches = []
     accepted = rejected = 0
     for config in DOMAIN:
@@ -42,7 +42,7 @@ def test_every_config_matches_sglang(version):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_compiled_evaluator_equals_interpreter(version):
-    policy = engine.load_policy(f"nsa-backends@{version}")
+    policy = engine.load_policy(f"dsa-backends@{version}")
     for config in DOMAIN:
         fast, slow = policy.evaluate(config), policy.interpret(config)
         assert fast.outcome() == slow.outcome(), config
@@ -81,7 +81,7 @@ def _agree(decision, want):
 
 
 def test_v3_matches_the_latest_upstream_on_its_whole_domain():
-    policy = engine.load_policy("nsa-backends@3")
+    policy = engine.load_policy("dsa-backends@8")
     mismatches, total, rejected = [], 0, 0
     for c in latest.domain():
         total += 1
@@ -97,7 +97,7 @@ def test_v3_matches_the_latest_upstream_on_its_whole_domain():
 
 
 def test_v3_deprecated_nsa_spellings_log_like_upstream():
-    policy = engine.load_policy("nsa-backends@3")
+    policy = engine.load_policy("dsa-backends@8")
     n = 0
     for kv, platform, sm, hisparse, prefill, decode in itertools.product(
             latest.KV_CACHE_DTYPES, latest.PLATFORMS, latest.SM_MAJORS, (False, True), latest.CHOICES,
@@ -112,7 +112,7 @@ def test_v3_deprecated_nsa_spellings_log_like_upstream():
 
 
 def test_v3_compiled_equals_interpreter_on_a_slice():
-    policy = engine.load_policy("nsa-backends@3")
+    policy = engine.load_policy("dsa-backends@8")
     for i, config in enumerate(policy.domain()):
         if i % 7:  # a seventh of the 331,776 configs keeps this quick
             continue

@@ -24,7 +24,7 @@ import pytest
 
 from tests.helpers import FIXTURES, ROOT
 
-FAMILY = "nsa-backends"  # the shipped family the plugin is pointed at (the default policy's)
+FAMILY = "dsa-backends"  # the shipped family the plugin is pointed at (the default policy's)
 STANDIN = os.path.join(FIXTURES, "sglang_standin")
 HISPARSE_FP8 = ["--enable-hisparse", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3"]
 SGLANG_LINE = "HiSparse enabled (fp8_e4m3): using DSA backends prefill=flashmla_kv, decode=flashmla_kv."
@@ -122,7 +122,8 @@ def edited(tmp_path_factory) -> str:
     it); a site rule refuses HiSparse with a BF16 KV cache (a check at defaults)."""
     import engine
 
-    text = open(engine.load_policy(FAMILY).file, encoding="utf-8").read()
+    shipped = engine.load_policy(FAMILY)
+    text = open(shipped.file, encoding="utf-8").read()
     edits = [
         ("      when: {enable_hisparse: true, kv_cache_dtype: fp8_e4m3}\n"
          "      set: {prefill: flashmla_kv, decode: flashmla_kv}",
@@ -142,7 +143,7 @@ def edited(tmp_path_factory) -> str:
         text = text.replace(old, new)
     folder = tmp_path_factory.mktemp("policy") / FAMILY
     folder.mkdir()
-    path = folder / "v4.yaml"  # the copy keeps `version: 4`
+    path = folder / f"v{shipped.version}.yaml"  # the copy keeps the shipped version number
     path.write_text(text, encoding="utf-8")
     return str(path)
 

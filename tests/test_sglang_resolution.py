@@ -28,7 +28,7 @@ def sglang_0523():
     if version != "0.5.23":
         pytest.skip(f"needs SGLang 0.5.23: {reason}")
 
-V3 = "nsa-backends@3"
+V3 = "dsa-backends@8"
 TILELANG_V3 = ("The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on "
                "ROCm/HIP; on CUDA they require a bfloat16 KV cache. Use --kv-cache-dtype bfloat16, "
                "or keep --kv-cache-dtype fp8_e4m3 and pick an fp8-capable DSA backend (flashmla_kv "
@@ -96,7 +96,7 @@ def test_apply_before_resolution_declares_and_writes_no_field(sglang):
     with lines_of("sglang.srt.server_args") as lines:
         decision = apply(args, V3)
     assert decision.ok and decision.backends == {"prefill": "flashmla_kv", "decode": "flashmla_kv"}
-    assert args._resolved_overrides == [("hisparse-router nsa-backends@3", {
+    assert args._resolved_overrides == [("hisparse-router dsa-backends@8", {
         "dsa_prefill_backend": "flashmla_kv", "dsa_decode_backend": "flashmla_kv"})]
     assert args.dsa_prefill_backend is None and args.dsa_decode_backend is None  # the input, intact
     assert lines == [
@@ -148,7 +148,7 @@ def test_apply_on_a_resolved_record_only_judges(sglang):
     decision = apply(args, V3)
     assert decision.ok and decision.sources == {"prefill": "user", "decode": "user"}
     assert args._resolved_overrides == stash  # nothing declared, nothing assigned
-    # SGLang 0.5.23 accepts tilelang/tilelang with FP8 on Hopper; nsa-backends@3 refuses it
+    # SGLang 0.5.23 accepts tilelang/tilelang with FP8 on Hopper; dsa-backends@8 refuses it
     args = sglang(TILELANG)
     args.resolve_once()
     assert resolved(args) == ("fp8_e4m3", "tilelang", "tilelang")
@@ -185,7 +185,7 @@ def test_resolution_step_routes_inside_sglangs_pipeline(sglang, policy_in_sglang
     with faked_gpu("cuda", (12, 0)), lines_of("sglang") as lines:
         args.resolve_once()
     assert resolved(args) == ("fp8_e4m3", "flashinfer_sparse_mla", "flashinfer_sparse_mla")
-    assert ("hisparse-router nsa-backends@3", {"dsa_prefill_backend": "flashinfer_sparse_mla",
+    assert ("hisparse-router dsa-backends@8", {"dsa_prefill_backend": "flashinfer_sparse_mla",
                                                "dsa_decode_backend": "flashinfer_sparse_mla"}) \
         in args._resolved_overrides
     # the policy's text, not SGLang's literal "GLM FP8 KV Cache"
@@ -231,7 +231,7 @@ def test_the_docs_examples_run_as_shown():
 
 
 def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_passes):
-    """nsa-backends@4 (the policy of SGLang 0.5.23) in place of SGLang's own DSA passes: every
+    """dsa-backends@10 (the policy of SGLang 0.5.23) in place of SGLang's own DSA passes: every
     config is accepted or refused as SGLang refuses it, with its message, and an accepted one gets
     SGLang's dtype and backends (a refusal declares less: the policy decides in one step)."""
     import itertools
@@ -248,7 +248,7 @@ def test_the_policy_that_models_0523_as_the_step_gives_sglangs_outcomes(dsa_pass
             ["--dsa-prefill-backend", prefill] if prefill else [])
         cases.append(Case(tuple(argv), arch, platform, cap))
     native = [sglang_0523.run_case(c) for c in cases]
-    dsa_passes(resolution_step("nsa-backends@4"))
+    dsa_passes(resolution_step("dsa-backends@10"))
     routed = [sglang_0523.run_case(c) for c in cases]
     assert sum(r.ok for r in native) and sum(not r.ok for r in native)
     for case, a, b in zip(cases, native, routed):

@@ -354,10 +354,10 @@ def test_nothing_to_serve_is_an_error(family, setup, family_name, code, text):
 
 def test_the_shipped_policies():
     store = PolicyStore()
-    assert store.current().ref == engine.load_policy("nsa-backends").ref
+    assert store.current().ref == engine.load_policy("dsa-backends").ref
     assert store.evaluate({"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3",
                            "disable_radix_cache": True}).backends["decode"] == "flashmla_kv"
-    assert store.current().file == "policies/nsa-backends/v4.yaml"
+    assert store.current().file == "policies/dsa-backends/v10.yaml"
     assert store.errors == {}
 
 

@@ -15,9 +15,9 @@ def _inside(config, when):
 
 
 @pytest.mark.parametrize("ref, where", [
-    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@1", []),
-    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+    ("dsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
+    ("dsa-backends@1", []),
+    ("dsa-backends@10", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
     ("syn-c", []),  # checks at defaults, a phase accepting fewer backends
     ("syn-c", ["p_backend=x"]),
 ])
@@ -56,7 +56,7 @@ def test_rows_partition_the_domain_and_match_evaluation(ref, where, tmp_path):
 
 
 def test_hisparse_rows_of_v2():
-    policy = engine.load_policy("nsa-backends@2")
+    policy = engine.load_policy("dsa-backends@2")
     result = routing_rows(policy, parse_where(policy, ["dsa_model=true", "disable_radix_cache=true",
                                                        "enable_hisparse=true", "platform=cuda", "sm_major=9"]))
     by_dtype = {}
@@ -70,10 +70,10 @@ def test_hisparse_rows_of_v2():
 
 
 def test_cli(capsys):
-    code, out, _ = run_cli(capsys, "table", "--policy", "nsa-backends@2", "--where", "dsa_model=true",
+    code, out, _ = run_cli(capsys, "table", "--policy", "dsa-backends@2", "--where", "dsa_model=true",
                            "--format", "markdown")
     assert code == 0 and "| enable_hisparse |" in out
-    code, out, _ = run_cli(capsys, "table", "--policy", "nsa-backends@2", "--format", "json")
+    code, out, _ = run_cli(capsys, "table", "--policy", "dsa-backends@2", "--format", "json")
     assert json.loads(out)["rows"]
     code, _, err = run_cli(capsys, "table", "--where", "dsa_modle=true")
     assert code == 2 and "did you mean 'dsa_model'?" in err

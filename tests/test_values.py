@@ -49,7 +49,7 @@ def test_shown_clips_and_never_raises():
 
 
 def test_booleans_read_alike_in_a_table_a_message_and_an_explanation(capsys, tmp_path):
-    code, out, _ = run_cli(capsys, "table", "--policy", "nsa-backends@2", "--where", "dsa_model=true",
+    code, out, _ = run_cli(capsys, "table", "--policy", "dsa-backends@2", "--where", "dsa_model=true",
                            "--where", "disable_radix_cache=true")
     assert code == 0
     assert "(dsa_model=true, disable_radix_cache=true)" in out  # as --where spells it
@@ -58,8 +58,8 @@ def test_booleans_read_alike_in_a_table_a_message_and_an_explanation(capsys, tmp
     cells = {line.split()[column] for line in lines[2:] if line.strip()}
     assert {"true", "false"} <= cells and not {"yes", "no"} & cells
     with pytest.raises(engine.ConfigError, match="expected an integer, got a boolean true$"):
-        engine.evaluate("nsa-backends@2", {"sm_major": True})
-    code, out, _ = run_cli(capsys, "explain", "--policy", "nsa-backends@2", "--enable-hisparse")
+        engine.evaluate("dsa-backends@2", {"sm_major": True})
+    code, out, _ = run_cli(capsys, "explain", "--policy", "dsa-backends@2", "--enable-hisparse")
     assert "enable_hisparse=true" in out
 
 

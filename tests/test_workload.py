@@ -14,7 +14,7 @@ SMALL = ["--requests", "2", "--context", "640", "--hisparse-top-k", "128", "--hi
 @pytest.mark.parametrize("dtype, backend, row_bytes", [("fp8_e4m3", "flashmla_kv", 656),
                                                        ("bfloat16", "flashmla_sparse", 1152)])
 def test_routes_and_runs(capsys, dtype, backend, row_bytes):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", "--kv-cache-dtype", dtype, *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", "--kv-cache-dtype", dtype, *SMALL)
     assert code == 0
     r = json.loads(out)
     assert r["decision"]["decode_backend"] == backend
@@ -31,21 +31,21 @@ def test_routes_and_runs(capsys, dtype, backend, row_bytes):
 def test_reproducible_with_a_seed(capsys):
     runs = []
     for _ in range(2):
-        code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", "--seed", "7", *SMALL)
+        code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", "--seed", "7", *SMALL)
         r = json.loads(out)
         runs.append((r["hot_buffer"], r["accuracy"]))
     assert runs[0] == runs[1]
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", "--seed", "8", *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", "--seed", "8", *SMALL)
     assert json.loads(out)["accuracy"] != runs[0][1]
 
 
 def test_a_pairing_the_policy_rejects_exits_1(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", "--kv-cache-dtype", "bfloat16",
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", "--kv-cache-dtype", "bfloat16",
                            "--nsa-decode-backend", "flashmla_kv", *SMALL)
     assert code == 1
-    assert out.startswith("REJECTED by nsa-backends@2: HiSparse with --kv-cache-dtype=bfloat16 requires "
+    assert out.startswith("REJECTED by dsa-backends@2: HiSparse with --kv-cache-dtype=bfloat16 requires "
                           "--nsa-decode-backend in ['flashmla_sparse'], but got flashmla_kv.")
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@1", "--kv-cache-dtype", "fp8_e4m3", *SMALL)
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@1", "--kv-cache-dtype", "fp8_e4m3", *SMALL)
     assert code == 1 and "HiSparse requires bfloat16 KV cache" in out
 
 
@@ -57,12 +57,12 @@ def test_a_pairing_the_policy_rejects_exits_1(capsys):
     (["--no-enable-hisparse", "--sm-major", "10", "--kv-cache-dtype", "fp8_e4m3"], "the policy chose 'trtllm'"),
 ])
 def test_bad_workloads_exit_2(capsys, args, text):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, *args)
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, *args)
     assert code == 2 and text in err and "Traceback" not in err
 
 
 def test_text_report(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL[:-2])
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL[:-2])
     assert code == 0
     assert "decode backend flashmla_sparse" in out and "hit rate" in out and "cosine min" in out
 
@@ -84,7 +84,7 @@ def test_one_set_of_knobs_with_sglangs_defaults(capsys):
     """top-k and buffer are the policy's --hisparse-config inputs (v3 declares them) or attend's
     own flags of the same names (v2 does not): defaults top-k 2048, buffer 2 x top-k."""
     tiny = ["--requests", "1", "--context", "2048", "--steps", "1", "--heads", "64", "--format", "json"]
-    for ref in ("nsa-backends@3", "nsa-backends@2"):
+    for ref in ("dsa-backends@8", "dsa-backends@2"):
         code, out, _ = run_cli(capsys, "attend", "--policy", ref, *tiny)
         assert code == 0
         w = json.loads(out)["workload"]
@@ -96,10 +96,10 @@ def test_one_set_of_knobs_with_sglangs_defaults(capsys):
 
 
 def test_the_policy_checks_the_workload_it_runs(capsys):
-    code, out, _ = run_cli(capsys, "attend", "--policy", "nsa-backends@3", *SMALL[:2],
+    code, out, _ = run_cli(capsys, "attend", "--policy", "dsa-backends@8", *SMALL[:2],
                            "--hisparse-top-k", "512", "--hisparse-device-buffer-size", "256")
     assert code == 1
-    assert out.startswith("REJECTED by nsa-backends@3: device_buffer_size (256) must be no smaller than top_k (512)")
+    assert out.startswith("REJECTED by dsa-backends@8: device_buffer_size (256) must be no smaller than top_k (512)")
 
 
 def test_help_states_attends_own_defaults(capsys):
@@ -119,19 +119,19 @@ def test_help_states_attends_own_defaults(capsys):
     (["--requests", "100000000"], "--requests x --hisparse-top-k"),
 ])
 def test_a_workload_past_the_memory_limit_is_refused_before_allocating(capsys, args, flag):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1G", *args)
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "1G", *args)
     assert code == 2
     assert err.startswith(f"hisparse attend: {flag}: this workload needs ")
     assert "the limit is 1.0 GiB (max_bytes)" in err
 
 
 def test_max_memory_is_checked_and_a_missing_device_named(capsys):
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "1MB")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "1MB")
     assert code == 2 and "the limit is 1.0 MiB" in err
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--max-memory", "lots")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--max-memory", "lots")
     assert code == 2 and "--max-memory 'lots'" in err
     if not torch.cuda.is_available():
-        code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "cuda:1")
+        code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--device", "cuda:1")
         assert code == 2 and "--device: cuda:1: CUDA is not available" in err
-    code, _, err = run_cli(capsys, "attend", "--policy", "nsa-backends@2", *SMALL, "--device", "tpu")
+    code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *SMALL, "--device", "tpu")
     assert code == 2 and "--device: 'tpu' is not a device name" in err

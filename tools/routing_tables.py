@@ -7,8 +7,8 @@ from engine.cli.reports import table_text
 
 
 README_TABLES = (
-    ("nsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
-    ("nsa-backends@4", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
+    ("dsa-backends@2", ["dsa_model=true", "disable_radix_cache=true"]),
+    ("dsa-backends@10", ["dsa_model=true", "disable_radix_cache=true", "hisparse_device_buffer_size=unset"]),
 )
 
 

@@ -91,8 +91,8 @@ def _upstream_json(policy) -> dict | None:
     up = policy.upstream
     if up is None:
         return None
-    out = {k: v for k, v in (("project", up.project), ("version", up.version), ("commit", up.commit),
-                              ("pr", up.pr)) if v is not None}
+    out = {k: v for k, v in (("project", up.project), ("releases", list(up.releases) or None),
+                              ("commit", up.commit), ("pr", up.pr)) if v is not None}
     out["note"] = up.note
     if up.leaves_out:
         out["leaves_out"] = [{"where": w, "why": y} for w, y in up.leaves_out]

@@ -34,11 +34,11 @@ def policy_root(given: str | None) -> str:
     return given
 
 
-DEFAULT_POLICY = "nsa-backends"
+DEFAULT_POLICY = "dsa-backends"
 
 
 def default_policy_ref() -> str:
-    """The policy used when none is named: $HISPARSE_POLICY, else the newest nsa-backends."""
+    """The policy used when none is named: $HISPARSE_POLICY, else the newest dsa-backends."""
     return _env("HISPARSE_POLICY", "policy reference") or DEFAULT_POLICY
 
 

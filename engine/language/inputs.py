@@ -101,12 +101,13 @@ class Upstream(Record):
     """What a policy version models (see the schema's `upstream`). Immutable and hashable, like
     the frozen dataclass it stands for."""
 
-    FIELDS = ("project", "version", "commit", "pr", "note", "leaves_out")
+    FIELDS = ("project", "releases", "commit", "pr", "note", "leaves_out")
     __slots__ = FIELDS
 
-    def __init__(self, project: str, version: str | None = None, commit: str | None = None,
+    def __init__(self, project: str, releases: tuple = (), commit: str | None = None,
                  pr: int | None = None, note: str = "", leaves_out: tuple = ()):
-        for name, value in zip(self.FIELDS, (project, version, commit, pr, note, leaves_out)):
+        # releases: the exact release strings modelled, in order ("0.5.15" does not cover "0.5.15.post1")
+        for name, value in zip(self.FIELDS, (project, tuple(releases), commit, pr, note, leaves_out)):
             object.__setattr__(self, name, value)  # leaves_out: ((where, why), ...)
 
     def __setattr__(self, name, value):
@@ -118,15 +119,19 @@ class Upstream(Record):
         return hash(self.fields())
 
     def label(self) -> str:
-        """e.g. "sglang 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
+        """e.g. "sglang 0.5.22, 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
         parts = [self.project]
-        if self.version:
-            parts.append(self.version)
+        if self.releases:
+            parts.append(", ".join(self.releases))
         if self.pr:
             parts.append(f"PR #{self.pr}")
         if self.commit:
             parts.append(f"({self.commit[:12]})" if len(parts) > 1 else self.commit[:12])
         return " ".join(parts)
+
+    def models(self, release: str) -> bool:
+        """Whether this version models exactly that release of its project."""
+        return release in self.releases
 
     def left_out(self, where: str | None) -> str | None:
         """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""

@@ -99,7 +99,7 @@ class Builder:
         self._placement()
         if "upstream" in d:
             u = d["upstream"]
-            p.upstream = Upstream(u["project"], u.get("version"), u.get("commit"), u.get("pr"),
+            p.upstream = Upstream(u["project"], tuple(u.get("releases") or ()), u.get("commit"), u.get("pr"),
                                   " ".join(u["note"].split()),
                                   tuple((x["where"], " ".join(x["why"].split())) for x in u.get("leaves_out") or ()))
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}

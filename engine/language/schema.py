@@ -107,7 +107,7 @@ def _explain(doc: Document, err) -> list[Problem]:
     if v == "anyOf" and len(path) == 3 and path[0] == "resolve" and isinstance(err.instance, dict):
         return [doc.problem("E201", f"{_where(path)}: a resolve rule needs set, log or require", path, key=True)]
     if v == "anyOf" and path == ("upstream",) and isinstance(err.instance, dict):
-        return [doc.problem("E201", "upstream needs one of version, commit or pr: what it models", path,
+        return [doc.problem("E201", "upstream needs one of releases, commit or pr: what it models", path,
                             key=True)]
     if v in ("anyOf", "oneOf") and err.context:
         return _explain(doc, _best(err.context))

@@ -1,7 +1,8 @@
 """Finding, reading, checking and compiling policies.
 
-`load_policy(ref)`: ref is a family ("nsa-backends", its newest version), a family and version
-("nsa-backends@2") or a file path. A load reads the file's bytes and hashes them; a policy already
+`load_policy(ref)`: ref is a family ("dsa-backends", its newest version), a family and version
+("dsa-backends@2"), the SGLang release a version models ("sglang==0.5.18", "installed": see
+releases.py) or a file path. A load reads the file's bytes and hashes them; a policy already
 compiled from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
 new process the compiled form comes from the on-disk cache (cache.py) when it holds these bytes;
 only otherwise is the file parsed, validated and compiled (and the result stored there).
@@ -14,9 +15,11 @@ import _thread
 from collections import OrderedDict
 
 import engine.policy.cache as cache
+import engine.policy.releases as releases
 from engine.errors import PolicyError, Problem
 from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
+from engine.policy.releases import is_release_ref
 from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
 from engine.values import clip, kind, parse_int, shown
 
@@ -35,13 +38,16 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
         raise PolicyError([Problem("R602", f"a policy reference is FAMILY, FAMILY@N or a file path, got {shown(ref)}")])
     if looks_like_path(ref):
         return load_file(os.path.expanduser(ref), ref)
-    path, display = resolve_ref(ref, policy_dir)
+    if is_release_ref(ref):
+        path, display = releases.resolve(ref, policy_root(policy_dir))
+    else:
+        path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
 
 
 def looks_like_path(ref: str) -> bool:
     """Whether a reference names a file. Only its spelling decides, never what happens to exist:
-    a file named `nsa-backends` in the working directory must not replace the shipped policy."""
+    a file named `dsa-backends` in the working directory must not replace the shipped policy."""
     return (os.sep in ref or "/" in ref or (os.altsep or "/") in ref
             or ref.endswith((".yaml", ".yml", ".json")) or ref.startswith((".", "~")))
 
@@ -51,13 +57,16 @@ def resolve_ref(ref: str, policy_dir: str | None = None) -> tuple[str, str]:
     m = _REF.fullmatch(ref)
     if not m:
         raise PolicyError([Problem("R602", f"bad policy reference {shown(ref)}: expected FAMILY, FAMILY@N "
-                                   "(e.g. nsa-backends@2) or a path to a .yaml file")])
+                                   "(e.g. dsa-backends@2), sglang==X, installed or a path to a .yaml file")])
     root = policy_root(policy_dir)
     family, version = m.group("family"), m.group("version")
     families = list_families(root)
     if family not in families:
         from engine.suggest import did_you_mean
 
+        gone = releases.retired(family, version, root)
+        if gone is not None:
+            raise PolicyError([gone])
         raise PolicyError([Problem("R601", f"no policy family '{family}' in {display_dir(root)}",
                                    hint=did_you_mean(family, families))])
     versions = families[family]

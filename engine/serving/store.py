@@ -117,11 +117,11 @@ class PolicyStore:
     `poll_interval` or `settle` that is not a finite number of seconds.
     """
 
-    def __init__(self, policy_dir: str | None = None, family: str = "nsa-backends", *,
+    def __init__(self, policy_dir: str | None = None, family: str = "dsa-backends", *,
                  poll_interval: float | None = None, settle: float = DEFAULT_SETTLE):
         if not isinstance(family, str) or not _FAMILY.fullmatch(family):
             raise PolicyError([Problem("R602", f"bad policy family {shown(family)}: expected a name such as "
-                                       "nsa-backends")])
+                                       "dsa-backends")])
         self.settle = _seconds(settle, "settle", positive=False)
         if poll_interval is not None:
             poll_interval = _seconds(poll_interval, "poll_interval", positive=True)

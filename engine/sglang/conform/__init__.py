@@ -55,7 +55,7 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
     warning = None
     if up is None:
         warning = f"{policy.ref} does not say which SGLang it models (no upstream: in the policy)"
-    elif up.version != version:
+    elif not up.models(version):
         warning = f"{policy.ref} models {up.label()}; the installed SGLang is {version}"
     result.update({
         "policy": dict(policy.identity(), upstream=up.label() if up else None),

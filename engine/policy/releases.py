@@ -1,0 +1,100 @@
+"""References that are not FAMILY@N: by the SGLang release a version models (`sglang==0.5.18`,
+`installed`), and the retired references of policies/retired.yaml."""
+from __future__ import annotations
+
+import os
+
+from engine.errors import PolicyError, Problem
+from engine.values import shown
+
+PREFIX = "sglang=="
+INSTALLED = "installed"
+
+
+def is_release_ref(ref: str) -> bool:
+    return ref == INSTALLED or ref.startswith(PREFIX)
+
+
+def installed_release() -> str:
+    """The installed SGLang's version, from its package metadata (SGLang is not imported)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise PolicyError([Problem("R604", "--policy installed: SGLang is not installed in this Python",
+                                   hint="name the release instead (--policy sglang==X) or a FAMILY@N")]) from None
+
+
+def modelled(root: str) -> dict[str, list[tuple[str, str, str]]]:
+    """release -> [(ref, path, display)] of every version under `root` whose upstream lists it."""
+    from engine.policy.loader import display_dir, list_families, load_file, version_files
+
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for family, versions in list_families(root).items():
+        files = version_files(os.path.join(root, family))
+        for number in versions:
+            for name in files[number]:
+                path = os.path.join(root, family, name)
+                display = os.path.join(display_dir(root), family, name)
+                up = load_file(path, display).upstream
+                for release in (up.releases if up else ()):
+                    out.setdefault(release, []).append((f"{family}@{number}", path, display))
+    return out
+
+
+def release_key(release: str) -> tuple:
+    """Sort key of a release string: 0.5.9 < 0.5.12 < 0.5.12.post1 < 0.5.13."""
+    parts = release.replace("post", "").split(".")
+    return tuple(int(p) if p.isdigit() else -1 for p in parts)
+
+
+def resolve(ref: str, root: str) -> tuple[str, str]:
+    """(path, display) of the version that models the release `ref` names. Exit 2 (PolicyError)
+    when no version or more than one does, listing the modelled releases."""
+    release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()
+    table = modelled(root)
+    found = table.get(release, [])
+    if len(found) == 1:
+        return found[0][1], found[0][2]
+    listed = ", ".join(sorted(table, key=release_key)) or "none"
+    if not found:
+        what = f"SGLang {shown(release)}" + (" (installed)" if ref == INSTALLED else "")
+        raise PolicyError([Problem("R601", f"no policy version models {what}",
+                                   hint=f"modelled releases: {listed}")])
+    raise PolicyError([Problem("R603", f"{len(found)} policy versions model SGLang {release}: "
+                               + ", ".join(f"{r} ({d})" for r, _, d in found),
+                               hint="name one as FAMILY@N")])
+
+
+def retired(family: str, version: str | None, root: str) -> Problem | None:
+    """The problem for a retired reference (policies/retired.yaml), or None."""
+    from engine.files.load import load_document
+    from engine.files.reading import ReadError
+    from engine.files.shipped import shipped_policy_dir
+
+    path = os.path.join(shipped_policy_dir(), "retired.yaml")
+    if not os.path.isfile(path):
+        return None
+    try:
+        table = load_document(path, "policies/retired.yaml").data or {}
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    entry = table.get(family)
+    if not isinstance(entry, dict):
+        return None
+    versions = entry.get("versions") or {}
+    head = f"'{family}' is retired: {' '.join(str(entry.get('note', '')).split())}"
+    if version is None:
+        newest = versions.get(max(versions, key=int)) if versions else None
+        now = newest.get("now") if isinstance(newest, dict) else None
+        return Problem("R605", head, hint=f"its newest version is now {now}" if now else None)
+    item = versions.get(str(int(version))) if version.isdigit() else None
+    if not isinstance(item, dict):
+        return Problem("R605", head)
+    note = " ".join(str(item.get("note", "")).split())
+    now = item.get("now")
+    if now:
+        return Problem("R605", f"{family}@{version} is retired: it is now {now}; {note}",
+                       hint=f"use --policy {now}")
+    return Problem("R605", f"{family}@{version} is retired: {note}")
