@@ -43,6 +43,12 @@ def shipped_ref() -> str:
     return f"{policy.family}@{policy.version}"
 
 
+def _pythonpath() -> str:
+    """The stand-in and this checkout first, then what the tests run under (a release's unpacked
+    wheel, where a release other than the installed one is tested)."""
+    return os.pathsep.join([STANDIN, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def _clean_env(**more) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HISPARSE_", "SGLANG_"))}
     env.update(more)
@@ -109,7 +115,25 @@ def sglang_0523():
 
 
 @pytest.fixture(scope="module")
-def models(sglang_0523, tmp_path_factory):
+def release():
+    """The SGLang release the launches run (the installed one, or a release's unpacked wheel first on
+    PYTHONPATH, with hisparse-router's entry point installed next to it): one whose routing the
+    plugin drives, else the launch tests skip."""
+    import importlib.util
+
+    from engine.serving.sglang_plugin import installed_release
+    from engine.sglang.hook_targets import PIPELINE, family_of
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed")
+    version = installed_release()
+    if family_of(version) is not PIPELINE:
+        pytest.skip(f"SGLang {version}: the plugin drives 0.5.19 and later")
+    return version
+
+
+@pytest.fixture(scope="module")
+def models(release, tmp_path_factory):
     from engine.sglang.conform.model_folders import ModelFolders
 
     return ModelFolders(str(tmp_path_factory.mktemp("models")))
@@ -150,7 +174,7 @@ def edited(tmp_path_factory) -> str:
 
 def launch(argv, *, command=None, cwd=None, **env):
     """(exit code, the routing lines, the plugin's lines, all output) of a real SGLang launch."""
-    env = _clean_env(PYTHONPATH=os.pathsep.join([STANDIN, ROOT]), **env)
+    env = _clean_env(PYTHONPATH=_pythonpath(), **env)
     proc = subprocess.run((command or [sys.executable, "-m", "sglang.launch_server"]) + argv, env=env,
                           cwd=cwd or ROOT, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
@@ -194,7 +218,7 @@ def test_hisparse_launch_runs_the_edited_policy_and_records_it(models, edited, t
     argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8]
     proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", "launch", "--policy", edited,
                            "--record", str(record), "--", sys.executable, "-m", "sglang.launch_server", *argv],
-                          env=_clean_env(PYTHONPATH=os.pathsep.join([STANDIN, ROOT])), cwd=str(tmp_path),
+                          env=_clean_env(PYTHONPATH=_pythonpath()), cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # SGLang's own exit
@@ -361,7 +385,7 @@ def test_the_decision_reaches_a_child_process_as_sglang_sends_it(sglang_0523, mo
              "print([resolution_result(args, f) for f in ('dsa_prefill_backend', 'dsa_decode_backend')], "
              "getattr(args, '_resolution_finished', None))")
     out = subprocess.run([sys.executable, "-c", child, str(shipped)], capture_output=True, text=True, timeout=600,
-                         env=_clean_env(PYTHONPATH=os.pathsep.join([STANDIN, ROOT])))
+                         env=_clean_env(PYTHONPATH=_pythonpath()))
     assert out.stdout.strip().splitlines()[-1:] == ["['flashmla_kv', 'flashmla_sparse'] True"], out.stderr[-3000:]
 
 

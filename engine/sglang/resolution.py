@@ -31,7 +31,18 @@ def overrides_module():
 
 def is_view(obj) -> bool:
     mod = overrides_module()
-    return mod is not None and isinstance(obj, (mod.ResolvedView, mod.ResolvingConfig))
+    kinds = tuple(k for k in (getattr(mod, "ResolvedView", None), getattr(mod, "ResolvingConfig", None)) if k)
+    return bool(kinds) and isinstance(obj, kinds)
+
+
+def _fields(record) -> set:
+    """The field names of a ServerArgs: a msgspec Struct's (0.5.20 on), a dataclass's (before)."""
+    names = getattr(type(record), "__struct_fields__", None)
+    if names is None:
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(record)]
+    return set(names)
 
 
 def is_record(obj) -> bool:
@@ -48,14 +59,14 @@ def _reader(obj):
     mod = overrides_module()
     if is_view(obj):
         record = mod.record_of(obj)
-        fields = set(type(record).__struct_fields__)
+        fields = _fields(record)
 
         def read(name):
             if name not in fields:
                 raise KeyError(name)
             return getattr(obj, name)
         return read
-    fields = set(type(obj).__struct_fields__)
+    fields = _fields(obj)
 
     def read(name):
         if name not in fields:
