@@ -92,11 +92,12 @@ def _first_line_for(path, monkeypatch, capsys) -> str:
 
 
 def test_the_hook_families_cover_the_releases_they_name():
-    from engine.sglang.hook_targets import PIPELINE, family_of
+    from engine.sglang.hook_targets import PASSES_IN_METHODS, PIPELINE, family_of
 
     assert family_of("0.5.23") is PIPELINE and family_of("0.5.19") is PIPELINE
     assert family_of("0.6.0") is PIPELINE  # newer: driven only when its targets exist (checked at launch)
-    assert family_of("0.5.10") is None and family_of("unknown") is None
+    assert family_of("0.5.15.post1") is PASSES_IN_METHODS and family_of("0.5.18") is PASSES_IN_METHODS
+    assert family_of("0.5.14") is None and family_of("unknown") is None
 
 
 # -- SGLang 0.5.23 -----------------------------------------------------------------------------------
@@ -122,13 +123,13 @@ def release():
     import importlib.util
 
     from engine.serving.sglang_plugin import installed_release
-    from engine.sglang.hook_targets import PIPELINE, family_of
+    from engine.sglang.hook_targets import family_of
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("SGLang is not installed")
     version = installed_release()
-    if family_of(version) is not PIPELINE:
-        pytest.skip(f"SGLang {version}: the plugin drives 0.5.19 and later")
+    if family_of(version) is None:
+        pytest.skip(f"SGLang {version}: the plugin drives 0.5.15 and later")
     return version
 
 

@@ -29,7 +29,7 @@ def register() -> None:
 
     family = family_of(release)
     if family is None:
-        _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.19 and later)")
+        _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.15 and later)")
     originals = {}
     for target in family.targets():
         try:

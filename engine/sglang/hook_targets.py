@@ -38,7 +38,18 @@ PIPELINE = HookFamily(
     "sglang.srt.arg_groups.pipeline.run_resolution_pipeline",
 )
 
-FAMILIES = (PIPELINE,)
+# SGLang 0.5.15 to 0.5.18: the same passes in arg_groups/overrides.py, called from
+# ServerArgs._set_default_dsa_kv_cache_dtype / _set_default_dsa_backends (function-local imports,
+# so the patched module attribute is what runs) inside _handle_model_specific_adjustments, from
+# __post_init__; the HiSparse check from check_server_args through
+# ServerArgs._validate_hisparse_dsa_backend.
+PASSES_IN_METHODS = HookFamily(
+    "passes called from ServerArgs methods (0.5.15 to 0.5.18)", (0, 5, 15), (0, 5, 18),
+    dict(PIPELINE.replace),
+    "sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments",
+)
+
+FAMILIES = (PASSES_IN_METHODS, PIPELINE)
 
 
 def release_tuple(release: str) -> tuple:

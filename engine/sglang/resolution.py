@@ -54,11 +54,22 @@ def is_record(obj) -> bool:
             and callable(getattr(obj, "resolve_once", None)))
 
 
+def record_of(obj):
+    """The ServerArgs a resolution view reads (SGLang's `record_of`; the view's own reference in
+    0.5.15-0.5.18, which lack it); a ServerArgs is its own record."""
+    mod = overrides_module()
+    if not is_view(obj):
+        return obj
+    if hasattr(mod, "record_of"):
+        return mod.record_of(obj)
+    return object.__getattribute__(obj, "_server_args")
+
+
 def _reader(obj):
     """name -> value as SGLang reads it (view attribute or resolution_result), or KeyError."""
     mod = overrides_module()
     if is_view(obj):
-        record = mod.record_of(obj)
+        record = record_of(obj)
         fields = _fields(record)
 
         def read(name):
@@ -67,11 +78,13 @@ def _reader(obj):
             return getattr(obj, name)
         return read
     fields = _fields(obj)
+    # before 0.5.19 the fields carry the resolved values once resolution has run
+    result = getattr(mod, "resolution_result", None) or (lambda record, name: getattr(record, name))
 
     def read(name):
         if name not in fields:
             raise KeyError(name)
-        return mod.resolution_result(obj, name)
+        return result(obj, name)
     return read
 
 
@@ -84,7 +97,9 @@ def _detect(obj, policy) -> dict:
     mod = overrides_module()
     out: dict = {}
     try:
-        hf_config = mod.model_config_of(obj).hf_config
+        # model_config_of from 0.5.19; the view's get_model_config() before
+        config = mod.model_config_of(obj) if hasattr(mod, "model_config_of") else obj.get_model_config()
+        hf_config = config.hf_config
         from sglang.srt.configs.model_config import is_deepseek_dsa
 
         arch = hf_config.architectures[0]
@@ -97,6 +112,13 @@ def _detect(obj, policy) -> dict:
         from sglang.srt.runtime_context import get_platform
 
         out["platform"] = "hip" if get_platform().is_hip else "cuda"
+    except ImportError:  # before the runtime context (0.5.19)
+        try:
+            from sglang.srt.utils import is_hip
+
+            out["platform"] = "hip" if is_hip() else "cuda"
+        except Exception:
+            pass
     except Exception:
         pass
     torch = sys.modules.get("torch")

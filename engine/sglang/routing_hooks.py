@@ -78,10 +78,9 @@ class PolicyRouting:
 
     # -- what the passes share ---------------------------------------------------------------------
     def _record(self, view):
-        from engine.sglang.resolution import overrides_module
+        from engine.sglang.resolution import record_of
 
-        mod = overrides_module()
-        return mod.record_of(view) if hasattr(mod, "record_of") else view
+        return record_of(view)
 
     def _decide(self, view, logger, original) -> list:
         """Evaluate for this launch, log the resolve stage's lines, keep the rest for the
@@ -112,7 +111,7 @@ class PolicyRouting:
         self._name_the_policy(logger, current)
         raise_refusal(current[1])
 
-    # -- SGLang 0.5.19 and later: resolution passes, fn(view) -> {field: value} --------------------
+    # -- SGLang 0.5.15 and later: resolution passes, fn(view) -> {field: value} --------------------
     def dtype_pass(self, original, logger):
         """The KV-dtype pass (`_dsa_kv_cache_dtype_default`)."""
         def dsa_kv_cache_dtype_default(view) -> dict:
