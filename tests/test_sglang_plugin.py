@@ -197,12 +197,13 @@ def test_without_the_variable_sglang_routes_by_its_own_code(models):
 
 def test_the_shipped_policy_gives_sglangs_line_and_names_itself(models):
     """(b) HISPARSE_POLICY=<the shipped family>: SGLang's routing line, word for word, then the
-    line naming the policy (family@version and sha256 prefix)."""
+    line naming the policy (family@version and sha256 prefix); with SGLang's allow-list of
+    plugins naming it (and the test's stand-in, which the list filters too)."""
     import engine
 
     policy = engine.load_policy(FAMILY)
     code, routing, ours, out = launch(["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8],
-                                      HISPARSE_POLICY=FAMILY)
+                                      HISPARSE_POLICY=FAMILY, SGLANG_PLUGINS="hisparse_router,hisparse_test_gpu")
     assert routing == [SGLANG_LINE], out[-3000:]
     assert len(ours) == 1 and ours[0].endswith(
         f"hisparse-router: DSA routing decided by policy {policy.family}@{policy.version} "
