@@ -1,12 +1,12 @@
-"""`hisparse conform` for the releases before the resolution pipeline (SGLang 0.5.11, 0.5.12).
+"""`hisparse conform` for the releases before the resolution pipeline (SGLang 0.5.11 to 0.5.14).
 
-- case_of (policy config -> Case) over the whole v1 and v2 domains: everywhere, checked by reading
+- case_of (policy config -> Case) over the whole v1 to v4 domains: everywhere, checked by reading
   the argv back with engine.sglang.config_from_launch (the launch-command reader).
-- The 0.5.11 HiSparse-block extraction: everywhere, on a stand-in module.
-- The drivers: only where that release is installed (`tools/sglang-env.sh VERSION DIR`, then
-  `DIR/bin/python -m pip install pytest` and run this file with DIR/bin/python); hand-picked cases
-  whose expected values were read from the release's source (file:line in each case), and the
-  `where` line checked against the installed file.
+- The 0.5.11 HiSparse-block extraction and the check for renamed fields: everywhere, on stand-ins.
+- The drivers: only where that release is installed (`make conform-env SGLANG=X`, then run this
+  file with that environment's bin/python); hand-picked cases whose expected values were read
+  from the release's source (file:line in each case), and the `where` line checked against the
+  installed file.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from engine.sglang.conform.prepipeline import installed_version
 from engine.sglang.conform.protocol import Case
 from engine.sglang import config_from_launch
 
+FAMILY = "dsa-backends"
 MODEL_PATHS = {"DeepseekV32ForCausalLM": "deepseek-ai/DeepSeek-V3.2", "DeepseekV3ForCausalLM": "deepseek-ai/DeepSeek-V3",
                "GlmMoeDsaForCausalLM": "zai-org/GLM-5"}
 
@@ -39,7 +40,7 @@ def _read_back(policy, case: Case) -> dict:
     return config
 
 
-@pytest.mark.parametrize("ref", ["dsa-backends@1", "dsa-backends@2"])
+@pytest.mark.parametrize("ref", [f"{FAMILY}@{n}" for n in (1, 2, 3, 4)])
 def test_case_of_round_trips_the_whole_domain(ref):
     policy = engine.load_policy(ref)
     seen = set()
@@ -192,14 +193,84 @@ R0512 = COMMON + [
           where="srt/arg_groups/hisparse_hook.py:61 validate_hisparse")),
 ]
 
-RELEASES = {"0.5.11": ("sglang_0511", R0511), "0.5.12": ("sglang_0512", R0512)}
+# 0.5.13 (and 0.5.13.post1, the same code): NSA renamed DSA. srt/server_args.py
+# _set_default_dsa_kv_cache_dtype :1728-1754, _set_default_dsa_backends :1756-1800, the --nsa-*
+# aliases :5744/:5762 (DeprecatedAliasStoreAction: argparse_actions.py print_deprecated_warning);
+# srt/arg_groups/hisparse_hook.py as 0.5.12's with DSA in the texts
+def D(kv, p, d):  # noqa: N802 - the log line of _set_default_dsa_backends
+    return f"Set DSA backends for {kv} KV Cache: prefill={p}, decode={d}."
+
+
+def NOTICE(phase):  # noqa: N802 - the deprecated alias's notice, in ANSI yellow
+    return (f"\x1b[1;33m'--nsa-{phase}-backend' is deprecated and will be removed in a future release. "
+            f"Use '--dsa-{phase}-backend' instead.\x1b[0m")
+
+
+WARN_DSA = WARN_BACKEND.replace("--nsa-", "--dsa-")
+HISPARSE_G3 = "HiSparse enabled ({}): using DSA backends prefill={}, decode={}."
+NON_DSA = ("--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+           "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now. ")
+DSA_COMMON = [
+    ("hopper-auto", (), V32, "cuda", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("flashmla_sparse", "fa3"),
+          log=(SET_BF16_SM9, D("bfloat16", "flashmla_sparse", "fa3")))),
+    ("blackwell-auto", (), V32, "cuda", (10, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("trtllm", "trtllm"),
+          log=("Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on SM10 device.", D("fp8_e4m3", "trtllm", "trtllm")))),
+    ("aliases-log-in-the-order-typed", ("--nsa-decode-backend", "fa3", "--nsa-prefill-backend", "aiter"), V32, "hip", (9, 0),
+     dict(ok=True, kv="bfloat16", backends=("aiter", "fa3"),
+          log=(NOTICE("decode"), NOTICE("prefill"), WARN_DSA, SET_BF16_SM9, D("bfloat16", "aiter", "fa3")))),
+    ("dsa-flag", ("--dsa-prefill-backend", "flashmla_kv", "--kv-cache-dtype", "fp8_e4m3"), V32, "cuda", (9, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_kv"),
+          log=(D("fp8_e4m3", "flashmla_kv", "flashmla_kv"),))),
+    ("dsa-dtype", ("--kv-cache-dtype", "fp8_e5m2"), V32, "cuda", (9, 0),
+     dict(ok=False, kv="fp8_e5m2", backends=(None, None), log=(), stage="resolve", error_type="AssertionError",
+          message="DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
+          where="_set_default_dsa_kv_cache_dtype")),
+    ("hisparse-non-dsa", H, V3, "cuda", (10, 0),
+     dict(ok=False, kv="auto", backends=(None, None), log=(), stage="check", error_type="AssertionError",
+          message=NON_DSA, where="validate_hisparse")),
+    ("hisparse-fp8", H + ("--kv-cache-dtype", "fp8_e4m3"), V32, "cuda", (9, 0),
+     dict(ok=True, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_kv"),
+          log=(HISPARSE_G3.format("fp8_e4m3", "flashmla_kv", "flashmla_kv"),))),
+]
+R0513 = DSA_COMMON + [
+    ("hisparse-hip-is-flashmla", H, V32, "hip", (9, 4),  # ROCm HiSparse is 0.5.14
+     dict(ok=True, kv="bfloat16", backends=("flashmla_sparse", "flashmla_sparse"),
+          log=(SET_BF16_SM9, HISPARSE_G3.format("bfloat16", "flashmla_sparse", "flashmla_sparse")))),
+    ("hisparse-alias-refused", H + ("--kv-cache-dtype", "fp8_e4m3", "--nsa-decode-backend", "flashmla_sparse"),
+     V32, "cuda", (10, 0),
+     dict(ok=False, kv="fp8_e4m3", backends=("flashmla_kv", "flashmla_sparse"), stage="check", error_type="ValueError",
+          log=(NOTICE("decode"), HISPARSE_G3.format("fp8_e4m3", "flashmla_kv", "flashmla_sparse")),
+          message="HiSparse with --kv-cache-dtype=fp8_e4m3 requires --dsa-decode-backend in ['flashmla_kv'], "
+                  "but got flashmla_sparse.", where="srt/arg_groups/hisparse_hook.py:91 validate_hisparse")),
+]
+# 0.5.14: HiSparse on ROCm (srt/arg_groups/hisparse_hook.py _hisparse_default_backend :26,
+# _hisparse_allowed_backends :32, validate_hisparse_dsa_backend :65-79)
+R0514 = DSA_COMMON + [
+    ("hisparse-hip-is-tilelang", H + ("--kv-cache-dtype", "fp8_e4m3"), V32, "hip", (9, 4),
+     dict(ok=True, kv="fp8_e4m3", backends=("tilelang", "tilelang"),
+          log=(HISPARSE_G3.format("fp8_e4m3", "tilelang", "tilelang"),))),
+    ("hisparse-hip-refuses-cuda-backend", H + ("--kv-cache-dtype", "bfloat16", "--dsa-prefill-backend", "flashmla_sparse"),
+     V32, "hip", (9, 4),
+     dict(ok=False, kv="bfloat16", backends=("flashmla_sparse", "tilelang"), stage="check", error_type="ValueError",
+          log=(HISPARSE_G3.format("bfloat16", "flashmla_sparse", "tilelang"),),
+          message="HiSparse supports DSA prefill backend(s) ['aiter', 'tilelang'] on this platform with "
+                  "--kv-cache-dtype=bfloat16, but got --dsa-prefill-backend=flashmla_sparse. Please use "
+                  "--dsa-prefill-backend=tilelang or omit it.",
+          where="srt/arg_groups/hisparse_hook.py:71 validate_hisparse_dsa_backend")),
+]
+
+RELEASES = {"0.5.11": ("sglang_0511", R0511), "0.5.12": ("sglang_0512", R0512),
+            "0.5.12.post1": ("sglang_0512", R0512), "0.5.13": ("sglang_0513", R0513),
+            "0.5.13.post1": ("sglang_0513", R0513), "0.5.14": ("sglang_0513", R0514)}
 PARAMS = [pytest.param(v, c, id=f"{v}-{c[0]}") for v, (_, cases) in RELEASES.items() for c in cases]
 
 
 def _driver(version):
     installed = installed_version()
     if installed != version:
-        pytest.skip(f"SGLang {version} is not installed here ({installed or 'none'}): tools/sglang-env.sh {version} DIR")
+        pytest.skip(f"SGLang {version} is not installed here ({installed or 'none'}): make conform-env SGLANG={version}")
     module = drivers.driver_for(version)  # as `hisparse conform` finds it
     assert module.__name__ == f"engine.sglang.conform.{RELEASES[version][0]}"
     module.load()
@@ -256,16 +327,68 @@ def test_driver_refuses_an_unknown_platform():
         sglang_0512.run_case(Case((), V32, "npu", (9, 0)))  # before any import of SGLang
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 @pytest.mark.parametrize("args,text", [((), "usage: "), (("0.5.9", "DIR"), "no recipe for SGLang 0.5.9"),
-                                       (("0.5.23", "DIR"), "make install")])
+                                       (("0.5.15.post2", "DIR"), "0.5.15.post1"),
+                                       (("0.5.12", "INSIDE"), "is inside this checkout")])
 def test_env_script_refuses_bad_usage(tmp_path, args, text):
     import subprocess
 
-    script = os.path.join(os.path.dirname(__file__), "..", "tools", "sglang-env.sh")
-    args = tuple(str(tmp_path / "env") if a == "DIR" else a for a in args)
+    script = os.path.join(ROOT, "tools", "sglang-env.sh")
+    inside = os.path.join(ROOT, "build", "no-such-envs")
+    args = tuple({"DIR": str(tmp_path / "env"), "INSIDE": inside}.get(a, a) for a in args)
     proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and text in proc.stderr
-    assert not (tmp_path / "env").exists()  # nothing was created
+    assert not (tmp_path / "env").exists() and not os.path.exists(inside)  # nothing was created
+
+
+@pytest.mark.parametrize("pins", sorted(os.listdir(os.path.join(ROOT, "tools", "pins"))))
+def test_env_pins_are_exact_and_name_no_torch(pins):
+    """One pin per package, name==version (installed with --no-deps: a range would drift), no torch
+    (the CPU build is installed first, by itself)."""
+    with open(os.path.join(ROOT, "tools", "pins", pins), encoding="utf-8") as fh:
+        lines = [l.split("#")[0].strip() for l in fh]
+    names = [l.split("==")[0].lower().replace("_", "-") for l in lines if l]
+    assert all(l.count("==") == 1 for l in lines if l) and len(names) == len(set(names))
+    assert "torch" not in names and pins.removeprefix("transformers-").removesuffix(".txt") in \
+        [l.split("==")[1] for l in lines if l.lower().startswith("transformers==")]
+
+
+def test_a_renamed_field_is_an_error_not_a_silent_none():
+    """The 0.5.12 names on a 0.5.13 ServerArgs: every missing field and method is named (load()
+    refuses the release with them) instead of backends read back as (None, None)."""
+    import dataclasses
+
+    from engine.sglang.conform.prepipeline import DSA, NSA, renamed
+
+    @dataclasses.dataclass
+    class ServerArgs:  # 0.5.13's names
+        dsa_prefill_backend: str = None
+        dsa_decode_backend: str = None
+
+        def _set_default_dsa_kv_cache_dtype(self):
+            pass
+
+        def _set_default_dsa_backends(self):
+            pass
+
+    assert renamed(ServerArgs, DSA) == []
+    assert renamed(ServerArgs, NSA) == ["field nsa_prefill_backend", "field nsa_decode_backend",
+                                        "method _set_default_nsa_kv_cache_dtype", "method _set_default_nsa_backends"]
+
+
+def test_the_installed_release_refuses_the_other_names():
+    from engine.sglang.conform.prepipeline import DSA, NSA, Driver
+    from engine.sglang.conform.sglang_0512 import hisparse_check
+
+    installed = installed_version()
+    if installed not in RELEASES:
+        pytest.skip(f"no pre-pipeline SGLang installed here ({installed or 'none'})")
+    names, other = (NSA, DSA) if RELEASES[installed][0] in ("sglang_0511", "sglang_0512") else (DSA, NSA)
+    with pytest.raises(RuntimeError, match=f"ServerArgs has no field {other.fields[0]}, field {other.fields[1]}"):
+        Driver(installed, hisparse_check, (), other).load()
 
 
 def test_driver_refuses_another_installed_release():

@@ -1,9 +1,11 @@
 """The policy language's features, each with an expected outcome, on small policies; the compiled
 evaluator and the interpreter must agree on every config of each policy's domain."""
+import json
+
 import pytest
 
 import engine
-from tests.helpers import assert_probe_counts_like_traces, load_text
+from tests.helpers import assert_probe_counts_like_traces, load_text, run_cli
 
 FEATURES = """
 policy: features
@@ -172,12 +174,12 @@ policy: dep
 version: 1
 description: Deprecated spellings.
 inputs:
-  size: {type: int, values: [1, 2], default: 1, deprecated_flags: {--old-size: "'--old-size' is deprecated"}}
+  size: {type: int, values: [1, 2], default: 1, deprecated_flags: {--old-size: {log: "'--old-size' is deprecated"}}}
 backends: {a: A, b: B}
 phases:
   main:
     input: main_backend
-    deprecated_flags: {--legacy-backend: "'--legacy-backend' is deprecated; use '--main-backend'"}
+    deprecated_flags: {--legacy-backend: {log: "'--legacy-backend' is deprecated; use '--main-backend'"}}
 resolve: {rules: []}
 defaults:
   rules:
@@ -187,18 +189,54 @@ checks: {rules: []}
 """
 
 
-def test_deprecated_spellings_log_first_in_input_order(tmp_path):
+def test_deprecated_spellings_log_first_in_the_order_given(tmp_path):
     policy = load_text(tmp_path, DEPRECATED)
     d = policy.evaluate({"legacy-backend": "b", "old_size": 1})
     assert d.backends == {"main": "b"} and d.sources == {"main": "user"}
-    # the input order of the policy, not of the config, whatever the spelling's dashes
-    assert d.log == ["'--old-size' is deprecated", "'--legacy-backend' is deprecated; use '--main-backend'",
+    # as upstream's parser logs them: in the order typed, whatever the spelling's dashes, then the rules'
+    assert d.log == ["'--legacy-backend' is deprecated; use '--main-backend'", "'--old-size' is deprecated",
                      "size 1: b"]
     assert policy.interpret({"legacy-backend": "b", "old_size": 1}).log == d.log
+    swapped = policy.evaluate({"old_size": 1, "legacy-backend": "b"})
+    assert swapped.log == [d.log[1], d.log[0], d.log[2]]
+    assert policy.interpret({"old_size": 1, "legacy-backend": "b"}).log == swapped.log
+    # the canonical spelling next to the deprecated one, with the same value: one notice
+    assert policy.evaluate({"main_backend": "b", "legacy_backend": "b"}).log == \
+        [d.log[0]] + policy.evaluate({"main_backend": "b"}).log
     assert policy.evaluate({"main_backend": "b", "size": 1}).log == ["size 1: b"]
     assert d.to_dict()["legacy_backend"] == "b"  # the old key mirrors the phase in JSON
     with pytest.raises(engine.ConfigError, match="both set 'main_backend'"):
         policy.evaluate({"legacy_backend": "a", "main_backend": "b"})
+
+
+@pytest.mark.parametrize("source", ["flags", "launch"])
+def test_deprecated_notices_follow_the_order_typed(capsys, tmp_path, source):
+    """hisparse's own flags and a launch command log the notices in the order typed, as SGLang's
+    parser does; the canonical spellings log none."""
+    load_text(tmp_path, DEPRECATED)
+    path = str(tmp_path / "policy.yaml")
+    old, legacy = "'--old-size' is deprecated", "'--legacy-backend' is deprecated; use '--main-backend'"
+    for args, notices in ((["--old-size", "1", "--legacy-backend", "b"], [old, legacy]),
+                          (["--legacy-backend", "b", "--old-size", "1"], [legacy, old]),
+                          (["--main-backend", "b", "--size", "1"], [])):
+        argv = args if source == "flags" else ["--", "python", "-m", "sglang.launch_server"] + args
+        code, out, _ = run_cli(capsys, "evaluate", "--policy", path, "--format", "json", *argv)
+        assert code == 0, out
+        assert json.loads(out)["log"] == notices + ["size 1: b"]
+
+
+def test_a_deprecated_notice_is_declared_as_log(tmp_path):
+    """The notice is {log: TEXT}: a bare string is a schema error at its place; a field in it is
+    E306 (the parser logs it before anything is resolved)."""
+    bare = DEPRECATED.replace('{--old-size: {log: "\'--old-size\' is deprecated"}}', '{--old-size: "old"}')
+    assert bare != DEPRECATED
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, bare)
+    assert [p.code for p in exc.value.problems] == ["E201"] and exc.value.problems[0].line == 6
+    field = DEPRECATED.replace("'--old-size' is deprecated", "'--old-size' is deprecated ({size})")
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, field)
+    assert [p.code for p in exc.value.problems] == ["E306"] and exc.value.problems[0].line == 6
 
 
 def test_deprecated_flag_that_is_also_a_flag_is_refused(tmp_path):

@@ -165,6 +165,26 @@ def test_glm5_next_never_gets_glm5_defaults(tmp_path, capsys):
     assert d.ok and d.backends["decode"] != "flashinfer_sparse_mla"
 
 
+@pytest.mark.parametrize("ref, dsa, family, note", [
+    ("dsa-backends@1", False, None, "counts as DSA only from SGLang 0.5.16 on; sglang 0.5.11"),
+    ("dsa-backends@5", True, None, None),  # 0.5.16: DSA, and every DSA model routes alike
+    ("dsa-backends@6", True, "longcat_flash", None),  # 0.5.17 names the family
+])
+def test_longcat_flash_is_dsa_from_the_release_that_says_so(tmp_path, ref, dsa, family, note):
+    """LongCat-Flash with an indexer is DSA from SGLang 0.5.16 (is_deepseek_dsa's list): a policy
+    that models only older releases reads it as not DSA, and says why."""
+    import json
+
+    folder = tmp_path / "LongCat-Flash"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LongcatFlashForCausalLM"],
+                                                    "index_topk": 2048}))
+    config, notes = config_from_launch(engine.load_policy(ref), ["--model-path", str(folder)])
+    assert config.get("dsa_model") is dsa
+    assert config.get("model_family") == family
+    assert any(note in n for n in notes) if note else not notes
+
+
 @pytest.mark.parametrize("content, text", [
     ("{not json", "JSON syntax"), ("[1, 2]", "expected a JSON object, got a list"),
     ('{"architectures": []}', "'architectures' must be a non-empty list of names"),

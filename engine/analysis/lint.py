@@ -8,25 +8,36 @@ L403 self-contradiction a default backend that the policy's own checks reject, a
                         (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
 L405 unused-input       a declared input no rule, table or template reads
+L406 deprecated-notice  a deprecated flag whose notice does not name it (upstream's notices name
+                        the spelling typed; one that names another flag was copied from it)
+
+A rule's `accepts: {CODE: why}` marks a rule-anchored finding (L401-L403) as upstream's own
+behaviour: it is not reported.
 """
 from __future__ import annotations
 
 import engine.language.interpreter as interpret
 from engine.language.conditions import Cond
-from engine.analysis.domain import MAX_CONFIGS  # beyond it the whole-domain checks are skipped (said on stderr)
+from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
-from engine.values import show as _show
+from engine.values import show as _show, shown as _shown
 
 
 def lint(policy) -> tuple[list[Problem], list[str]]:
     """(problems, notes). Notes say what was not analysed and why."""
-    problems = _empty_allowed(policy) + _unused_inputs(policy)
+    problems = _empty_allowed(policy) + _unused_inputs(policy) + _deprecated_notices(policy)
     notes = []
     size = policy.domain_size()
     if size > MAX_CONFIGS:
         notes.append(f"{policy.file}: the declared domain has {size} configs; whole-domain lint "
                      f"(L401-L403) runs up to {MAX_CONFIGS}")
+        return problems, notes
+    work = too_much_work(size, len(policy.rule_meta))
+    if work is not None:
+        notes.append(f"{policy.file}: {size:,} configs x {len(policy.rule_meta):,} rules = {work:,} rule "
+                     f"evaluations; whole-domain lint (L401-L403) runs up to {max_work():,} "
+                     "(HISPARSE_MAX_WORK raises it)")
         return problems, notes
     problems += _domain_lint(policy)
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
@@ -102,6 +113,16 @@ def _unused_inputs(policy) -> list[Problem]:
     return out
 
 
+def _deprecated_notices(policy) -> list[Problem]:
+    out = []
+    for spec in policy.inputs.values():
+        for flag, text in spec.deprecated.items():
+            if flag not in text:
+                out.append(_problem(policy, "L406", f"the notice of deprecated flag {flag} does not name it: "
+                                    f"{_shown(text)}", spec.path + ("deprecated_flags", flag, "log")))
+    return out
+
+
 def _domain_lint(policy) -> list[Problem]:
     import itertools
 
@@ -157,22 +178,27 @@ def _domain_lint(policy) -> list[Problem]:
                         if src in defaults and src not in contradiction:
                             contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
     out = []
+
+    def report(rule, code: str, message: str) -> None:
+        if code not in rule.accepts:
+            out.append(_problem(policy, code, message, rule.path))
+
     shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
     winners = _winners(policy, shadowed) if shadowed else {}
     for i, rule in enumerate(rules):
         if held[i] == 0:
             what = {"resolve": "resolve rule", "defaults": "default rule", "checks": "check"}[rule.stage]
-            out.append(_problem(policy, "L402", f"{what} '{rule.name}' never applies: its condition holds for "
-                                "no config of the declared domain", rule.path))
+            report(rule, "L402", f"{what} '{rule.name}' never applies: its condition holds for no config "
+                   "of the declared domain")
         elif rule in shadowed:
             by = ", ".join(sorted(winners.get(rule.name, ())))
-            out.append(_problem(policy, "L401", f"default rule '{rule.name}' is never chosen: wherever it "
-                                f"applies, an earlier rule wins ({by})", rule.path))
+            report(rule, "L401", f"default rule '{rule.name}' is never chosen: wherever it applies, an "
+                   f"earlier rule wins ({by})")
     for name, (config, check, message) in contradiction.items():
         rule = policy.rule(name)
         shown = " ".join(f"{k}={_show(val)}" for k, val in config.items())
-        out.append(_problem(policy, "L403", f"default rule '{name}' sets a backend that check '{check}' "
-                            f"rejects, e.g. for {shown}: {message}", rule.path))
+        report(rule, "L403", f"default rule '{name}' sets a backend that check '{check}' rejects, e.g. "
+               f"for {shown}: {message}")
     return out
 
 

@@ -61,6 +61,7 @@ class Rule:
     description: str = ""
     path: tuple = ()
     line: int = 0
+    accepts: dict = field(default_factory=dict)  # lint code -> why upstream behaves so (not reported)
 
     @property
     def kind(self) -> str:

@@ -223,8 +223,9 @@ class Policy:
         return self.normalize_with_log(config, file, doc)[0]
 
     def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
-        """As normalize, and the log lines that deprecated spellings among the keys emit (in the
-        order of the inputs), which evaluation puts before every other line."""
+        """As normalize, and the log lines that deprecated spellings among the keys emit, in the
+        order the keys are given (upstream's parser logs each notice as it reads the flag), which
+        evaluation puts before every other line."""
         out, problems, prelude = self._check(config, file, doc)
         if problems:
             raise ConfigError(problems)
@@ -289,7 +290,7 @@ class Policy:
                 problems.append(at(self.value_problem(spec, key, value, file), key))
                 continue
             out[name] = value
-        return out, problems, [text for _, text in sorted(deprecated)]
+        return out, problems, [text for _, text in deprecated]
 
     def value_problem(self, spec, key, value, file) -> Problem:
         text = shown(value)

@@ -25,7 +25,14 @@ DSA_ARCHITECTURES = {
     "Glm5NextForConditionalGeneration": "glm5_next",
     "MistralLarge3ForCausalLM": None,
     "PixtralForConditionalGeneration": None,
+    "LongcatFlashForCausalLM": "longcat_flash",
+    "LongcatFlashForCausalLMNextN": "longcat_flash",
+    "Dots3NoteForCausalLM": "dots3_note",
+    "Dots3NoteForCausalLMNextN": "dots3_note",
 }
+# families SGLang counts as DSA only from a release on (is_deepseek_dsa's architecture list): under
+# a policy whose every modelled release (upstream.releases) is older, such a model is not DSA
+DSA_SINCE = {"longcat_flash": "0.5.16", "dots3_note": "0.5.19"}
 # architectures whose transformers config class has an index_topk default (a config.json that
 # leaves it out still has it once loaded); the others are DSA only with index_topk written
 INDEX_TOPK_DEFAULT = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration"})
@@ -116,6 +123,10 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
     if "dsa_model" not in policy.inputs and "model_family" not in policy.inputs:
         return out, notes
     model = identify(model_path)
+    if model.dsa and model.family in DSA_SINCE and _before(policy, DSA_SINCE[model.family]):
+        notes.append(f"{model_path} ({model.how}) counts as DSA only from SGLang {DSA_SINCE[model.family]} "
+                     f"on; {policy.upstream.label()} does not: not a DSA model")
+        model = Model(False, None, model.how)
     if "dsa_model" in policy.inputs:
         if model.dsa is None:
             default = str(policy.inputs["dsa_model"].default).lower()
@@ -134,12 +145,21 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
     return out, notes
 
 
+def _before(policy, release: str) -> bool:
+    """Every release the policy models is older than `release` (False when it names none)."""
+    from engine.policy.releases import release_key
+
+    releases = getattr(policy.upstream, "releases", None) or ()
+    return bool(releases) and all(release_key(r) < release_key(release) for r in releases)
+
+
 def models_table() -> str:
     """The table of docs/cli.md of how a model path is read (kept current by a test)."""
     rows = ["| `--model-path` | DSA | model_family |", "|---|---|---|"]
     for arch, family in DSA_ARCHITECTURES.items():
         topk = "" if arch in INDEX_TOPK_DEFAULT else " with `index_topk`"
-        rows.append(f"| a folder whose `config.json` has `architectures[0]` {arch}{topk} | yes | "
+        since = f" (from SGLang {DSA_SINCE[family]})" if family in DSA_SINCE else ""
+        rows.append(f"| a folder whose `config.json` has `architectures[0]` {arch}{topk} | yes{since} | "
                     f"{family or 'the policy default'} |")
     rows.append("| a folder with any other `config.json` | no | - |")
     for family, pattern in DSA_NAMES:

@@ -18,6 +18,7 @@ ARCHITECTURES = {
     "deepseek_v32": "DeepseekV32ForCausalLM",
     "glm5": "GlmMoeDsaForCausalLM",
     "glm5_next": "Glm5NextForConditionalGeneration",
+    "longcat_flash": "LongcatFlashForCausalLM",
 }
 NON_DSA_ARCHITECTURE = "DeepseekV3ForCausalLM"  # DeepSeek family, but no index_topk: not DSA
 MODEL_INPUTS = ("dsa_model", "model_family")

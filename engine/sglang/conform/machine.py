@@ -1,12 +1,20 @@
-"""The GPU a case runs on, told to SGLang 0.5.23 on a machine without one.
+"""The GPU a case runs on, told to SGLang on a machine without one.
 
-SGLang reads the machine two ways: through its platform context (`get_platform().is_hip`,
-`.is_sm100`, ...), which it lets a caller set with `override_platform(**facts)`, and by calling
-`torch.cuda.get_device_capability()` itself in the DSA steps. `platform_facts` gives every fact
-the context knows, consistent with one (platform, capability); `faked_gpu` sets them and patches
-the two torch.cuda functions SGLang calls, for the duration of one case."""
+SGLang 0.5.22 and later read the machine two ways: through their platform context
+(`get_platform().is_hip`, `.is_sm100`, ...), which they let a caller set with
+`override_platform(**facts)`, and by calling `torch.cuda.get_device_capability()` itself in the
+DSA steps. `platform_facts` gives every fact the context knows, consistent with one (platform,
+capability); `faked_gpu` sets them and patches the two torch.cuda functions SGLang calls, for the
+duration of one case.
+
+Earlier releases have no platform context: their code calls helper functions (`is_hip()`,
+`is_sm100_supported()`, `get_device_sm()`, ...) that each module imported by name.
+`helper_functions` answers them from the same `platform_facts`, and `PatchedHelpers` replaces
+them, for one case, in every loaded `sglang` module that holds them."""
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import contextmanager
 
 PLATFORMS = ("cuda", "hip")
@@ -62,3 +70,97 @@ def faked_gpu(platform: str, capability):
             yield facts
     finally:
         torch.cuda.is_available, torch.cuda.get_device_capability = saved
+
+
+def device_name(platform: str, capability) -> str:
+    """A GPU of this platform and compute capability, as torch.cuda.get_device_name names it."""
+    if platform == "hip":
+        return "AMD Instinct MI300X"
+    return {9: "NVIDIA H200", 10: "NVIDIA B200", 12: "NVIDIA RTX PRO 6000"}.get(int(capability[0]),
+                                                                                 "NVIDIA GPU")
+
+
+def helper_functions(platform: str, capability) -> dict:
+    """SGLang's platform helper name -> the function it is replaced with for one case, from
+    `platform_facts`. The helpers ending in `_supported` also ask for a CUDA toolkit >= 12.3 /
+    12.8: taken as present on CUDA, as in `platform_facts`."""
+    f = platform_facts(platform, capability)
+    cuda, hip, major = f["is_cuda"], f["is_hip"], f["device_capability"][0]
+    values = {
+        "is_hip": hip, "is_cuda": cuda, "is_cuda_alike": cuda or hip,
+        "is_npu": f["is_npu"], "is_xpu": f["is_xpu"], "is_hpu": False, "is_musa": f["is_musa"],
+        "is_mps": f["is_mps"], "is_cpu": False,
+        "is_sm90_supported": f["is_sm90"], "is_sm100_supported": f["is_sm100"],
+        "is_sm120_supported": f["is_sm120"],
+        "is_blackwell_supported": f["is_blackwell"], "is_blackwell": f["is_blackwell"],
+        "is_hopper_with_cuda_12_3": f["is_hopper_with_cuda_12_3"],
+        "is_ampere_with_cuda_12_3": cuda and major == 8,
+        "get_device_sm": f["device_sm"], "get_device_capability": f["device_capability"],
+        "get_device_name": device_name(platform, capability),
+    }
+
+    def const(value):
+        def fact(*args, **kwargs):
+            return value
+
+        fact.platform_fact = True  # how a module imported during a case is recognised
+        return fact
+
+    return {name: const(value) for name, value in values.items()}
+
+
+class PatchedHelpers:
+    """Where each platform helper is looked up in the loaded `sglang` modules (found once, after
+    the release is imported) and, per case, the helpers and torch.cuda's
+    get_device_capability / is_available / get_device_name answering for the case's GPU.
+    `os.environ` is put back after each case too (SGLang's DSA step writes to it)."""
+
+    def __init__(self):
+        import torch
+
+        common = vars(sys.modules["sglang.srt.utils.common"])
+        self.originals = {name: common[name] for name in helper_functions("cuda", (9, 0))
+                          if name in common}
+        self.sites = []  # (module, attribute)
+        self.modules = len(sys.modules)
+        for module_name, module in list(sys.modules.items()):
+            if module_name.split(".")[0] == "sglang" and module is not None:
+                space = vars(module)
+                self.sites += [(module, n) for n, f in self.originals.items() if space.get(n) is f]
+        self.torch_cuda = torch.cuda
+
+    def _adopt_new_modules(self):
+        """A module first imported during a case bound the case's helpers: give it the originals
+        and patch it like the others from now on."""
+        self.modules = len(sys.modules)
+        for module_name, module in list(sys.modules.items()):
+            if module_name.split(".")[0] != "sglang" or module is None:
+                continue
+            for name, original in self.originals.items():
+                if getattr(vars(module).get(name), "platform_fact", False):
+                    setattr(module, name, original)
+                    self.sites.append((module, name))
+
+    @contextmanager
+    def case(self, platform: str, capability):
+        helpers = helper_functions(platform, capability)
+        cuda = self.torch_cuda
+        torch_facts = {"get_device_capability": helpers["get_device_capability"],
+                       "is_available": lambda: True, "get_device_name": helpers["get_device_name"]}
+        saved = [(m, n, getattr(m, n)) for m, n in self.sites]
+        saved += [(cuda, n, getattr(cuda, n)) for n in torch_facts]
+        env = dict(os.environ)
+        try:
+            for module, name in self.sites:
+                setattr(module, name, helpers[name])
+            for name, fn in torch_facts.items():
+                setattr(cuda, name, fn)
+            yield
+        finally:
+            for module, name, value in saved:
+                setattr(module, name, value)
+            if len(sys.modules) != self.modules:
+                self._adopt_new_modules()
+            if os.environ != env:
+                os.environ.clear()
+                os.environ.update(env)

@@ -22,6 +22,10 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     # which fails the bare mamba-track-interval assert (interval 256) whenever the radix cache is
     # on; the published checkpoints use 4.
     "Glm5NextForConditionalGeneration": ("Glm5NextConfig", {"text_config": {"index_kpool": 4}}),
+    # LongCat-Flash with DSA's indexer (transformers' config has no index_topk of its own): DSA from
+    # SGLang 0.5.16
+    "LongcatFlashForCausalLM": ("LongcatFlashConfig", {"index_topk": 2048, "index_head_dim": 128,
+                                                       "index_n_heads": 64}),
     "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
     "LlamaForCausalLM": ("LlamaConfig", {}),
 }

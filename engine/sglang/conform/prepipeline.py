@@ -1,18 +1,28 @@
-"""Driver for the SGLang releases before the resolution pipeline (0.5.11, 0.5.12): runs the release's
-own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+"""Driver for the SGLang releases before the resolution pipeline (0.5.11 to 0.5.14): runs the
+release's own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+
+The releases differ in names, which a driver module gives as `Names`: 0.5.11 to 0.5.12.post1 keep
+the backends in `nsa_prefill_backend` / `nsa_decode_backend` and route in
+`_set_default_nsa_kv_cache_dtype` / `_set_default_nsa_backends`; 0.5.13 to 0.5.14 renamed them
+`dsa_*` and log the `--nsa-*` aliases' deprecation notice (`print_deprecated_warning`,
+`srt/arg_groups/argparse_actions.py`). `load()` refuses a release whose ServerArgs lacks a field or
+method the names say (a rename), so a backend is never read back as a silent None.
 
 What runs, per case, all of it the installed release's code:
 1. the parser of `ServerArgs.add_cli_args` (built once, `prog="sglang serve"` as `prepare_server_args`),
    on `case.argv + ["--model-path", DIR]`; an argparse error is caught at `parser.error` (its text);
 2. `ServerArgs.from_cli_args(namespace)` with `__post_init__` skipped: `__post_init__` downloads, probes
-   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps one
-   effect, the one `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None
-   and sets `_quantization_explicitly_unset` (else False);
+   devices and fills hundreds of defaults that routing does not read. Of it the driver keeps the
+   effects `_handle_model_specific_adjustments` reads: `--quantization unquant` becomes None and
+   sets `_quantization_explicitly_unset` (else False); and from 0.5.14, whose non-DSA DeepSeek
+   branch reads `cuda_graph_config.prefill.backend`, the release's own `_parse_cuda_graph_config()`
+   (flags to a CudaGraphConfig; it reads no device);
 3. `sa._handle_model_specific_adjustments()`: the DSA dtype resolution and backend defaults
-   (`_set_default_nsa_kv_cache_dtype`, `_set_default_nsa_backends`);
-4. the HiSparse check: a per-release callable (see `sglang_0511` and `sglang_0512`).
+   (`_set_default_{nsa,dsa}_kv_cache_dtype`, `_set_default_{nsa,dsa}_backends`);
+4. the HiSparse check: a per-release callable (see `sglang_0511`, `sglang_0512`, `sglang_0513`).
 
-Platform facts are patched for the duration of a case, where they are looked up:
+Platform facts are patched for the duration of a case, where they are looked up
+(`machine.PatchedHelpers`):
 - `torch.cuda.get_device_capability` -> `case.capability`, `torch.cuda.is_available` -> True,
   `torch.cuda.get_device_name` -> a name for the platform and capability;
 - SGLang's helpers, in every loaded `sglang.*` module that holds them by name (`srt.server_args`,
@@ -27,8 +37,9 @@ SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD).
 Import-time preparation (`load`), for a CPU machine without the release's GPU stack (the
 environment: `tools/sglang-env.sh`; triton there is the real package: `srt/utils/common.py` imports
 it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import):
-- `torchvision`: inert modules (only `srt/utils/common.py`'s `decode_jpeg` import needs it); the
-  PyPI torchvision wheels link CUDA libraries a CPU torch lacks;
+- `torchvision`: the inert stub all drivers share (`torchvision_stub.py`; only
+  `srt/utils/common.py`'s `decode_jpeg` import needs it); the PyPI torchvision wheels link CUDA
+  libraries a CPU torch lacks;
 - `transformers.AutoImageProcessor`: without torchvision transformers 5.6.0 gives a placeholder that
   raises on `.register`, which `srt/configs/*` call at import to register image processors; a stand-in
   whose `register` does nothing (no routing code reads image processors);
@@ -41,10 +52,7 @@ import argparse
 import atexit
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -52,14 +60,31 @@ import shutil
 import sys
 import tempfile
 import traceback
-import types
 import warnings
 
+from engine.sglang.conform.machine import PatchedHelpers
 from engine.sglang.conform.protocol import Case, Result
 
-# the routing functions whose logger.warning records are the routing log lines
-LOG_FUNCTIONS = frozenset({"_set_default_nsa_kv_cache_dtype", "_set_default_nsa_backends",
-                           "apply_hisparse_nsa_backend_defaults"})
+
+class Names:
+    """What a release calls the routing's parts: the ServerArgs fields holding the (prefill,
+    decode) backends, the ServerArgs methods that route (checked to exist at load), and the
+    functions whose WARNING records are the routing log lines."""
+
+    def __init__(self, fields: tuple, methods: tuple, log_functions: tuple):
+        self.fields = fields
+        self.methods = methods
+        self.log_functions = frozenset(methods + log_functions)
+
+
+# 0.5.11 to 0.5.12.post1
+NSA = Names(("nsa_prefill_backend", "nsa_decode_backend"),
+            ("_set_default_nsa_kv_cache_dtype", "_set_default_nsa_backends"),
+            ("apply_hisparse_nsa_backend_defaults",))
+# 0.5.13 to 0.5.14: the notice of a deprecated --nsa-* alias comes from the parser
+DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
+            ("_set_default_dsa_kv_cache_dtype", "_set_default_dsa_backends"),
+            ("apply_hisparse_dsa_backend_defaults", "print_deprecated_warning"))
 
 ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
 # DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
@@ -78,54 +103,6 @@ class ParserError(SystemExit):
 
 
 # -- import-time stand-ins -----------------------------------------------------------------------
-class _Inert:
-    """Any attribute, call or subscript of it is another inert value."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __call__(self, *args, **kwargs):
-        return _Inert(self._name + "()")
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self._name}.{name}")
-
-    def __getitem__(self, key):
-        return self
-
-    def __repr__(self) -> str:
-        return f"<inert {self._name}>"
-
-
-class _InertModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(f"{self.__name__}.{name}")
-
-
-class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers every import of `root` and its submodules with an inert module."""
-
-    def __init__(self, root: str):
-        self.root = root
-
-    def find_spec(self, name, path=None, target=None):
-        if name == self.root or name.startswith(self.root + "."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _InertModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
 class _NoImageProcessors:
     """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
 
@@ -135,14 +112,12 @@ class _NoImageProcessors:
 
 
 def _install_stand_ins() -> None:
-    # transformers decides torchvision is absent before the inert finder exists; importing
+    # transformers decides torchvision is absent before the shared stub exists; importing
     # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
     import transformers.processing_utils  # noqa: F401
-    from transformers.utils import import_utils
+    from engine.sglang.conform import torchvision_stub
 
-    if not import_utils.is_torchvision_available():
-        if importlib.util.find_spec("torchvision") is None:
-            sys.meta_path.insert(0, _InertFinder("torchvision"))
+    if torchvision_stub.install():
         sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
 
 
@@ -201,109 +176,22 @@ def model_config(architecture: str) -> dict:
     return config
 
 
-# -- platform ------------------------------------------------------------------------------------
-def _device_name(platform: str, capability: tuple) -> str:
-    if platform == "hip":
-        return "AMD Instinct MI300X"
-    return {9: "NVIDIA H200", 10: "NVIDIA B200", 12: "NVIDIA RTX PRO 6000"}.get(capability[0], "NVIDIA GPU")
-
-
-def platform_facts(platform: str, capability: tuple) -> dict:
-    """helper name -> the function SGLang's helper is replaced with, for one case."""
-    major, minor = capability
-    cuda, hip = platform == "cuda", platform == "hip"
-    name = _device_name(platform, capability)
-
-    def const(value):
-        def fact(*args, **kwargs):
-            return value
-
-        fact.platform_fact = True  # how a module imported during a case is recognised
-        return fact
-
-    return {
-        "is_hip": const(hip), "is_cuda": const(cuda), "is_cuda_alike": const(cuda or hip),
-        "is_npu": const(False), "is_xpu": const(False), "is_hpu": const(False), "is_musa": const(False),
-        "is_mps": const(False), "is_cpu": const(False),
-        "is_sm90_supported": const(cuda and major == 9), "is_sm100_supported": const(cuda and major == 10),
-        "is_sm120_supported": const(cuda and major == 12),
-        "is_blackwell_supported": const(cuda and major in (10, 11, 12)),
-        "is_blackwell": const(cuda and major in (10, 11, 12)),
-        "is_hopper_with_cuda_12_3": const(cuda and major == 9),
-        "is_ampere_with_cuda_12_3": const(cuda and major == 8),
-        "get_device_sm": const(major * 10 + minor), "get_device_capability": const((major, minor)),
-        "get_device_name": const(name),
-    }
-
-
-class _Platform:
-    """Where each helper is looked up, found once after every module is loaded; set per case."""
-
-    def __init__(self):
-        import torch
-
-        common = vars(sys.modules["sglang.srt.utils.common"])
-        self.originals = {name: common[name] for name in platform_facts("cuda", (9, 0)) if name in common}
-        self.sites = []  # (module, attribute)
-        self.modules = len(sys.modules)
-        for module_name, module in list(sys.modules.items()):
-            if module_name.split(".")[0] == "sglang" and module is not None:
-                space = vars(module)
-                self.sites += [(module, n) for n, f in self.originals.items() if space.get(n) is f]
-        self.torch_cuda = torch.cuda
-
-    def _adopt_new_modules(self):
-        """A module first imported during a case bound the case's facts: give it the originals
-        and patch it like the others from now on."""
-        self.modules = len(sys.modules)
-        for module_name, module in list(sys.modules.items()):
-            if module_name.split(".")[0] != "sglang" or module is None:
-                continue
-            for name, original in self.originals.items():
-                if getattr(vars(module).get(name), "platform_fact", False):
-                    setattr(module, name, original)
-                    self.sites.append((module, name))
-
-    @contextlib.contextmanager
-    def case(self, platform: str, capability: tuple):
-        facts = platform_facts(platform, capability)
-        cuda = self.torch_cuda
-        torch_facts = {"get_device_capability": facts["get_device_capability"],
-                       "is_available": lambda: True, "get_device_name": facts["get_device_name"]}
-        saved = [(m, n, getattr(m, n)) for m, n in self.sites]
-        saved += [(cuda, n, getattr(cuda, n)) for n in torch_facts]
-        env = dict(os.environ)
-        try:
-            for module, name in self.sites:
-                setattr(module, name, facts[name])
-            for name, fn in torch_facts.items():
-                setattr(cuda, name, fn)
-            yield
-        finally:
-            for module, name, value in saved:
-                setattr(module, name, value)
-            if len(sys.modules) != self.modules:
-                self._adopt_new_modules()
-            if os.environ != env:
-                os.environ.clear()
-                os.environ.update(env)
-
-
 # -- log lines -----------------------------------------------------------------------------------
 class _Collect(logging.Handler):
-    def __init__(self):
+    def __init__(self, functions: frozenset):
         super().__init__(logging.DEBUG)
+        self.functions = functions
         self.lines: list = []
 
     def emit(self, record):
-        if record.levelno == logging.WARNING and record.funcName in LOG_FUNCTIONS:
+        if record.levelno == logging.WARNING and record.funcName in self.functions:
             self.lines.append(record.getMessage())
 
 
 @contextlib.contextmanager
-def _collect_logs():
+def _collect_logs(functions: frozenset):
     logger = logging.getLogger("sglang")
-    handler = _Collect()
+    handler = _Collect(functions)
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)  # the records still reach the handler; nothing prints
@@ -316,7 +204,7 @@ def _collect_logs():
         logger.propagate = saved[1]
 
 
-def _where(exc: BaseException, root: str) -> str | None:
+def where_raised(exc: BaseException, root: str) -> str | None:
     """The innermost frame inside the sglang package: "srt/file.py:LINE function"."""
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
@@ -328,24 +216,28 @@ def _where(exc: BaseException, root: str) -> str | None:
 
 # -- the driver ----------------------------------------------------------------------------------
 class Driver:
-    """Runs Cases on one installed pre-pipeline SGLang release.
+    """Runs Cases on one installed pre-pipeline SGLang release, one of `versions`.
 
     `check_factory(server_args_module)` returns the release's HiSparse check, a callable on a
-    ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions."""
+    ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions;
+    `names` what the release calls the routing's fields and functions."""
 
-    def __init__(self, version: str, check_factory, lazy: tuple):
-        self.version = version
+    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA):
+        self.versions = (versions,) if isinstance(versions, str) else tuple(versions)
+        self.version = self.versions[0]  # the installed one, once imported
         self.check_factory = check_factory
         self.lazy = lazy
+        self.names = names
         self.ready = False
 
     def import_sglang(self):
         """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
         when another release (or none) is installed, and what the import raised."""
         installed = installed_version()
-        if installed != self.version:
-            raise RuntimeError(f"this driver runs SGLang {self.version}; the installed SGLang is "
-                               f"{installed or 'absent'}")
+        if installed not in self.versions:
+            raise RuntimeError(f"this driver runs SGLang {' or '.join(self.versions)}; the installed "
+                               f"SGLang is {installed or 'absent'}")
+        self.version = installed
         with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
             warnings.simplefilter("ignore")
             _install_stand_ins()
@@ -361,6 +253,10 @@ class Driver:
         if self.ready:
             return
         server_args = self.import_sglang()
+        missing = renamed(server_args.ServerArgs, self.names)
+        if missing:
+            raise RuntimeError(f"SGLang {self.version}'s ServerArgs has no {', '.join(missing)}: renamed in "
+                               "this release; this driver cannot read its routing")
         self.sa_module = server_args
         self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
         parser = argparse.ArgumentParser(prog="sglang serve")
@@ -375,7 +271,7 @@ class Driver:
         self.models = ModelDirs()
         for architecture in ARCHITECTURES:
             self.models.get(architecture)
-        self.platform = _Platform()
+        self.platform = PatchedHelpers()
         self.ready = True
 
     def run_case(self, case: Case) -> Result:
@@ -390,16 +286,17 @@ class Driver:
 
         def result(ok, exc=None) -> Result:
             sa = state["sa"]
-            kv = getattr(sa, "kv_cache_dtype", None)
-            backends = (getattr(sa, "nsa_prefill_backend", None), getattr(sa, "nsa_decode_backend", None))
+            kv = None if sa is None else sa.kv_cache_dtype
+            # fields checked at load: a rename is an error there, never a None here
+            backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
             return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
                           backends=backends, log=tuple(lines), stage=state["stage"],
-                          where=None if exc is None else _where(exc, self.root),
+                          where=None if exc is None else where_raised(exc, self.root),
                           error_type=None if exc is None else "SystemExit" if isinstance(
                               exc, ParserError) else type(exc).__name__,
                           extra={"sglang": self.version})
 
-        with _collect_logs() as lines:
+        with _collect_logs(self.names.log_functions) as lines:
             try:
                 namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
                 state["stage"] = "resolve"
@@ -409,6 +306,8 @@ class Driver:
                     sa = ServerArgs.from_cli_args(namespace)
                 finally:
                     ServerArgs.__post_init__ = post_init
+                if callable(getattr(sa, "_parse_cuda_graph_config", None)):
+                    sa._parse_cuda_graph_config()
                 sa._quantization_explicitly_unset = sa.quantization == "unquant"
                 if sa.quantization == "unquant":
                     sa.quantization = None
@@ -421,6 +320,16 @@ class Driver:
                 return result(True)
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
                 return result(False, exc)
+
+
+def renamed(server_args_class, names: Names) -> list[str]:
+    """The fields and methods `names` says that the ServerArgs class lacks ("field x", "method y")."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(server_args_class)} if dataclasses.is_dataclass(
+        server_args_class) else set(getattr(server_args_class, "__annotations__", {}))
+    return ([f"field {f}" for f in names.fields if f not in fields]
+            + [f"method {m}" for m in names.methods if not callable(getattr(server_args_class, m, None))])
 
 
 def installed_version() -> str | None:

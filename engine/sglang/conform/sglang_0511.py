@@ -17,7 +17,7 @@ import ast
 import inspect
 import textwrap
 
-from engine.sglang.conform.prepipeline import Driver
+from engine.sglang.conform.prepipeline import NSA, Driver
 
 VERSION = "0.5.11"
 MARK = "# Check hisparse"
@@ -45,7 +45,7 @@ def hisparse_block(server_args):
 
 # imported inside _handle_model_specific_adjustments
 LAZY = ("sglang.srt.configs.model_config",)
-_driver = Driver(VERSION, hisparse_block, LAZY)
+_driver = Driver(VERSION, hisparse_block, LAZY, NSA)
 
 
 # the driver protocol (drivers.py): module functions bound to this release's driver

@@ -6,7 +6,12 @@ installed next to it; no DSA/HiSparse routing code calls torchvision. The stub a
 `torchvision.*` import with an empty module whose attributes are more such modules (callable,
 returning themselves). It is installed only when no working torchvision is importable, and only
 after transformers has recorded that torchvision is absent, so transformers never picks a
-torchvision code path because of it."""
+torchvision code path because of it.
+
+Without torchvision, transformers 5.x gives `AutoImageProcessor` as a placeholder that raises on
+any attribute, and SGLang's config package calls `AutoImageProcessor.register(...)` at import
+(SGLang 0.5.15 to 0.5.20 on transformers 5.12.1): where the placeholder is found, it becomes a
+stand-in whose `register` does nothing (no routing code reads image processors)."""
 from __future__ import annotations
 
 import importlib.abc
@@ -44,6 +49,25 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__conform_stub__ = True
 
 
+class NoImageProcessors:
+    """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
+
+    @staticmethod
+    def register(*args, **kwargs):
+        return None
+
+
+def _stand_in_image_processors() -> None:
+    # importing processing_utils first matters: it replaces sys.modules["transformers"] once
+    import transformers.processing_utils  # noqa: F401
+
+    transformers = sys.modules["transformers"]
+    try:
+        transformers.AutoImageProcessor.register  # noqa: B018  (the placeholder raises here)
+    except ImportError:
+        transformers.AutoImageProcessor = NoImageProcessors
+
+
 def installed() -> bool:
     return any(isinstance(f, _Finder) for f in sys.meta_path)
 
@@ -65,4 +89,5 @@ def install() -> bool:
     import_utils.is_torchvision_available()
     import_utils.is_torchvision_v2_available()
     sys.meta_path.insert(0, _Finder())
+    _stand_in_image_processors()
     return True
