@@ -247,6 +247,23 @@ def _python_problems(args: list[str]) -> list[str]:
     return [f"python -m {module}: no option {a}" for a in rest if a.startswith("--") and f'"{a.split("=")[0]}"' not in source]
 
 
+def _sglang_launch_problems(words: list[str]) -> list[str]:
+    """An SGLang launch command (`sglang serve ARGS`, `python -m sglang.launch_server ARGS`), read
+    as hisparse reads one: a misspelt or unknown routing flag, a missing value, a routing value
+    outside the shipped policy's domain is a problem."""
+    import engine
+    from engine.files.shipped import DEFAULT_POLICY
+    from engine.sglang import config_from_launch
+
+    if words[0] == "sglang" and words[1:2] != ["serve"]:
+        return [f"sglang {words[1:2]}: not a documented form"]
+    try:
+        config_from_launch(engine.load_policy(DEFAULT_POLICY), words)
+    except engine.HisparseError as exc:
+        return [f"{' '.join(words[:3])}: {p}" for p in exc.problems]
+    return []
+
+
 def command_problems(words: list[str], hisparse_parses) -> list[str]:
     """What is wrong with a command a page shows but a test does not run (it takes minutes, installs
     or needs a GPU): its program, make target, module, options, files and variables must exist.
@@ -260,6 +277,11 @@ def command_problems(words: list[str], hisparse_parses) -> list[str]:
         if name not in source:
             bad.append(f"{name}: no code reads this variable")
     program, args = os.path.basename(words[0]), words[1:]
+    if program == "export":  # export NAME=VALUE: a variable the code reads
+        source = source or _source_text()
+        return bad + [f"export {a}: no code reads this variable" for a in args if a.split("=")[0] not in source]
+    if program == "sglang" or args[:2] == ["-m", "sglang.launch_server"]:
+        return bad + _sglang_launch_problems(words)
     if program == "make":
         targets = _make_targets()
         with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as fh:

@@ -15,6 +15,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("engine/sglang/resolution.py", "_DEEPSEEK_FAMILY_ARCHS"):
         "SGLang's own list of DSA architectures, read from its module so that the policy's model "
         "inputs follow the installed release",
+    ("engine/serving/sglang_plugin.py", "_patched"):
+        "SGLang's HookRegistry keeps the targets it applied hooks to only there; the plugin's guard "
+        "reads it so that a hook SGLang failed to apply stops the launch",
+    ("engine/serving/sglang_plugin.py", "_hooks"):
+        "SGLang's HookRegistry keeps the registered hooks only there; the guard checks that no other "
+        "plugin's REPLACE hook overrides the policy's",
     ("engine/sglang/conform/prepipeline.py", "_handle_model_specific_adjustments"):
         "the conform driver runs SGLang 0.5.11 to 0.5.14's own routing code, which is this method",
     ("engine/sglang/conform/prepipeline.py", "_parse_cuda_graph_config"):

@@ -313,6 +313,12 @@ def cmd_conform(argv) -> int:
     return OK if result["conformant"] else VIOLATION
 
 
+def _launch(argv) -> int:
+    from engine.cli.launch import cmd_launch  # its own module: it execs SGLang
+
+    return cmd_launch(argv)
+
+
 COMMANDS = {
     "evaluate": (cmd_evaluate, "decide and check the backends for a server config"),
     "explain": (cmd_explain, "show why: every stage, rule and check, in words"),
@@ -323,6 +329,7 @@ COMMANDS = {
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "versions": (cmd_versions, "every SGLang release, the policy version that models it, its conformance"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "launch": (_launch, "check an SGLang launch command, then run it with the policy deciding its routing"),
     "policies": (cmd_policies, "export the shipped policies and their test cases to a folder to edit"),
 }
 

@@ -31,7 +31,18 @@ def overrides_module():
 
 def is_view(obj) -> bool:
     mod = overrides_module()
-    return mod is not None and isinstance(obj, (mod.ResolvedView, mod.ResolvingConfig))
+    kinds = tuple(k for k in (getattr(mod, "ResolvedView", None), getattr(mod, "ResolvingConfig", None)) if k)
+    return bool(kinds) and isinstance(obj, kinds)
+
+
+def _fields(record) -> set:
+    """The field names of a ServerArgs: a msgspec Struct's (0.5.20 on), a dataclass's (before)."""
+    names = getattr(type(record), "__struct_fields__", None)
+    if names is None:
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(record)]
+    return set(names)
 
 
 def is_record(obj) -> bool:
@@ -43,24 +54,37 @@ def is_record(obj) -> bool:
             and callable(getattr(obj, "resolve_once", None)))
 
 
+def record_of(obj):
+    """The ServerArgs a resolution view reads (SGLang's `record_of`; the view's own reference in
+    0.5.15-0.5.18, which lack it); a ServerArgs is its own record."""
+    mod = overrides_module()
+    if not is_view(obj):
+        return obj
+    if hasattr(mod, "record_of"):
+        return mod.record_of(obj)
+    return object.__getattribute__(obj, "_server_args")
+
+
 def _reader(obj):
     """name -> value as SGLang reads it (view attribute or resolution_result), or KeyError."""
     mod = overrides_module()
     if is_view(obj):
-        record = mod.record_of(obj)
-        fields = set(type(record).__struct_fields__)
+        record = record_of(obj)
+        fields = _fields(record)
 
         def read(name):
             if name not in fields:
                 raise KeyError(name)
             return getattr(obj, name)
         return read
-    fields = set(type(obj).__struct_fields__)
+    fields = _fields(obj)
+    # before 0.5.19 the fields carry the resolved values once resolution has run
+    result = getattr(mod, "resolution_result", None) or (lambda record, name: getattr(record, name))
 
     def read(name):
         if name not in fields:
             raise KeyError(name)
-        return mod.resolution_result(obj, name)
+        return result(obj, name)
     return read
 
 
@@ -73,7 +97,9 @@ def _detect(obj, policy) -> dict:
     mod = overrides_module()
     out: dict = {}
     try:
-        hf_config = mod.model_config_of(obj).hf_config
+        # model_config_of from 0.5.19; the view's get_model_config() before
+        config = mod.model_config_of(obj) if hasattr(mod, "model_config_of") else obj.get_model_config()
+        hf_config = config.hf_config
         from sglang.srt.configs.model_config import is_deepseek_dsa
 
         arch = hf_config.architectures[0]
@@ -86,6 +112,13 @@ def _detect(obj, policy) -> dict:
         from sglang.srt.runtime_context import get_platform
 
         out["platform"] = "hip" if get_platform().is_hip else "cuda"
+    except ImportError:  # before the runtime context (0.5.19)
+        try:
+            from sglang.srt.utils import is_hip
+
+            out["platform"] = "hip" if is_hip() else "cuda"
+        except Exception:
+            pass
     except Exception:
         pass
     torch = sys.modules.get("torch")
@@ -102,11 +135,23 @@ def _detect(obj, policy) -> dict:
 
 def decide(obj, policy, env: dict):
     """(Decision, {field: value} the decision changes) for a record or view; raises like SGLang
-    when the policy refuses the config. The record's fields are one source, read through
-    engine/sglang/given.py as every other source is; what SGLang finds on the machine and in the model
-    comes first, the keyword arguments last."""
+    when the policy refuses the config."""
+    from engine.sglang.server_args import raise_refusal
+
+    decision, changes, _ = judge(obj, policy, env)
+    if not decision.ok:
+        raise_refusal(decision)
+    return decision, changes
+
+
+def judge(obj, policy, env: dict):
+    """(Decision, {field: value} the decision changes, what was given) for a record or view,
+    refused or not. The record's fields are one source, read through engine/sglang/given.py as
+    every other source is; what SGLang finds on the machine and in the model comes first, the
+    keyword arguments last. What was given (engine.sglang.given.Given.given) is what a decision
+    record keeps."""
     from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-    from engine.sglang.server_args import attr_names, raise_refusal
+    from engine.sglang.server_args import attr_names
 
     read = _reader(obj)
     attrs: dict = {}
@@ -138,15 +183,14 @@ def decide(obj, policy, env: dict):
     given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
     layers = [read_layer(policy, _detect(obj, policy), "sglang"), layer,
               read_layer(policy, given, "apply()")]
-    decision = policy.evaluate(combine(policy, layers).config)
-    if not decision.ok:
-        raise_refusal(decision)
+    combined = combine(policy, layers)
+    decision = policy.evaluate(combined.config)
     changes = {}
     for name, value in decision.config.items():
         for attr in fields_of.get(name, ()):
             if read(attr) != value:
                 changes[attr] = value
-    return decision, changes
+    return decision, changes, combined.given
 
 
 def apply_to_record(server_args, policy, env: dict, logger):

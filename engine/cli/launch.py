@@ -1,0 +1,79 @@
+"""`hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] -- <SGLang launch command>`:
+the policy judges the launch command first; a refusal prints the decision and exits 1 without
+starting SGLang (which takes seconds to import). Otherwise the command replaces this process
+(exec) with the SGLang plugin active: HISPARSE_POLICY names the policy just used (its file, or
+FAMILY@N), HISPARSE_POLICY_DIR the folder it came from, HISPARSE_RECORD the record file. Signals
+go straight to SGLang and its exit code is the command's.
+
+What the command line cannot say (the GPU: --platform, --sm-major) comes from the policy's
+input flags, as for `hisparse evaluate`, else from the policy's defaults; inside SGLang the
+plugin reads them from the machine."""
+from __future__ import annotations
+
+import os
+import sys
+
+from engine.cli.options import (ERROR, VIOLATION, Parser, UsageError, add_input_flags, add_policy_options,
+                                combined, layers_from_args, policy_from_argv, split_launch)
+
+
+def cmd_launch(argv) -> int:
+    argv, command = split_launch(argv)
+    policy = policy_from_argv(argv)
+    parser = Parser(prog="hisparse launch",
+                    usage="hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] [input flags] "
+                          "-- python -m sglang.launch_server ARGS... (or: sglang serve ARGS...)",
+                    description="Check an SGLang launch command with the policy, then run it with the policy "
+                                "deciding SGLang's DSA routing (its SGLang plugin). A refused launch prints the "
+                                "decision and exits 1 without starting SGLang; otherwise the exit code is SGLang's.")
+    add_policy_options(parser)
+    parser.add_argument("--record", metavar="FILE",
+                        help="append the decision to FILE (--record format): SGLang's, or this refusal")
+    add_input_flags(parser, policy)
+    ns = parser.parse_args(argv)
+    if not command:
+        raise UsageError("hisparse launch: no command: give the SGLang launch command after --, e.g. "
+                         "hisparse launch -- python -m sglang.launch_server --model-path MODEL")
+    g = combined(policy, layers_from_args(policy, ns, None, command))
+    if ns.record:
+        from engine.files.streams import check_record_target
+
+        check_record_target(ns.record)
+    decision = policy.evaluate(g.config)
+    if not decision.ok:
+        from engine.cli.decision_text import decision_text
+
+        if ns.record:
+            from engine.serving.records import append_records
+
+            append_records(ns.record, [decision], [g.given])
+        print(decision_text(decision))
+        sys.stdout.flush()  # the decision first, also where both streams go to one pipe
+        print("hisparse launch: the policy refuses this launch; SGLang was not started", file=sys.stderr)
+        return VIOLATION
+    env = dict(os.environ, HISPARSE_POLICY=_ref_for_plugin(policy, ns.policy))
+    if ns.policy_dir is not None:
+        env["HISPARSE_POLICY_DIR"] = os.path.abspath(ns.policy_dir)
+    if ns.record:
+        env["HISPARSE_RECORD"] = os.path.abspath(ns.record)
+    backends = ", ".join(f"{ph}={b}" for ph, b in decision.backends.items())
+    print(f"hisparse launch: {policy.ref} accepts this launch ({backends}); starting it with "
+          f"HISPARSE_POLICY={env['HISPARSE_POLICY']}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"hisparse launch: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return ERROR
+    return ERROR  # pragma: no cover - exec does not return
+
+
+def _ref_for_plugin(policy, given: str | None) -> str:
+    """The policy that was judged, for the plugin: its file when named by a path, else FAMILY@N
+    (the version now newest, so both sides use the same one)."""
+    from engine.files.shipped import policy_ref
+    from engine.policy.loader import looks_like_path
+
+    if looks_like_path(policy_ref(given)):
+        return os.path.abspath(policy.file)
+    return f"{policy.family}@{policy.version}"

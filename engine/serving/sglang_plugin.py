@@ -1,0 +1,143 @@
+"""hisparse-router as an SGLang plugin: `register()` is the entry point `hisparse_router` of group
+`sglang.srt.plugins` (pyproject.toml), which SGLang's `load_plugins()` runs in every process it
+starts, before the server arguments are prepared.
+
+Without HISPARSE_POLICY it returns at once and changes nothing. With it (any policy reference the
+CLI takes; HISPARSE_POLICY_DIR as --policy-dir), the policy replaces SGLang's DSA routing passes
+and judges its HiSparse backend check (engine/sglang/routing_hooks.py, at the targets of
+engine/sglang/hook_targets.py), through SGLang's HookRegistry. HISPARSE_RECORD=FILE appends each
+decision to FILE in the --record format (engine/serving/records.py).
+
+It fails loudly: `load_plugins()` logs and ignores a plugin's exceptions, so a problem here
+(a policy that does not load, a record file that cannot be written: exit 2; an SGLang release
+whose routing this does not know, or a hook target it lacks: exit 1) prints one line on stderr
+and raises SystemExit, which stops the launch. A hook SGLang failed to apply stops the launch at
+the guard, a BEFORE hook on the resolution entry point, with RuntimeError naming the target."""
+from __future__ import annotations
+
+import os
+import sys
+
+def register() -> None:
+    """SGLang's plugin entry point."""
+    if "HISPARSE_POLICY" not in os.environ:
+        return
+    policy, shown_as = _load_policy()
+    record = _record_file()
+    release = installed_release()
+    from engine.sglang.hook_targets import family_of
+
+    family = family_of(release)
+    if family is None:
+        _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.15 and later)")
+    originals = {}
+    for target in family.targets():
+        try:
+            originals[target] = _resolve(target)
+        except (ImportError, AttributeError, ValueError) as exc:
+            _stop(1, f"SGLang {release} has no {target} ({type(exc).__name__}: {exc}): the policy cannot "
+                     "replace its routing there")
+    on_decision = None
+    if record is not None:
+        from engine.serving.records import append_records
+
+        def on_decision(decision, given):
+            append_records(record, [decision], [given])
+    from engine.sglang.routing_hooks import PolicyRouting
+
+    routing = PolicyRouting(policy, shown_as, on_decision)
+    _register(family, routing, originals, release)
+
+
+def installed_release() -> str:
+    """The installed SGLang's version ("0.5.23"), or "unknown"."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        from sglang.version import __version__
+
+        return __version__
+    except ImportError:
+        return "unknown"
+
+
+def _load_policy():
+    from engine.errors import HisparseError
+    from engine.files.shipped import default_policy_ref
+    from engine.policy.loader import load_policy, looks_like_path
+
+    ref = os.environ.get("HISPARSE_POLICY", "")
+    try:
+        policy = load_policy(default_policy_ref())
+    except HisparseError as exc:
+        problems = exc.problems
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        _stop(2, f"HISPARSE_POLICY={ref}: {problems[0]}{more}")
+    return policy, (policy.file if looks_like_path(ref) else None)
+
+
+def _record_file() -> str | None:
+    path = os.environ.get("HISPARSE_RECORD")
+    if path is None:
+        return None
+    from engine.errors import HisparseError
+    from engine.files.streams import check_record_target
+
+    if not path.strip():
+        _stop(2, "HISPARSE_RECORD is set but empty: it must name a file (unset it for no records)")
+    try:
+        check_record_target(path)
+    except HisparseError as exc:
+        _stop(2, f"HISPARSE_RECORD={path}: {exc.problems[0]}")
+    return path
+
+
+def _resolve(target: str):
+    import pkgutil
+
+    module, _, name = target.rpartition(".")
+    obj = getattr(pkgutil.resolve_name(module), name)
+    return getattr(obj, "__wrapped__", obj)  # already wrapped by another plugin's hook: the original's code
+
+
+def _register(family, routing, originals, release) -> None:
+    import logging
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from engine.sglang.hook_targets import BACKEND_CHECK
+
+    hooks = {}
+    for target, role in family.replace.items():
+        logger = logging.getLogger(originals[target].__module__)
+        factory = getattr(routing, role)
+        hooks[target] = factory(logger) if role == BACKEND_CHECK else factory(originals[target], logger)
+        HookRegistry.register(target, hooks[target], HookType.REPLACE)
+
+    def hisparse_router_guard(*args, **kwargs):
+        """Before resolution: every replacement is in place, and is the last one registered on
+        its target, or the launch stops."""
+        for target, hook in hooks.items():
+            replaces = [h for kind, h, _ in HookRegistry._hooks.get(target, ()) if kind == HookType.REPLACE]
+            if target not in HookRegistry._patched:
+                why = "was not applied"
+            elif not replaces or replaces[-1] is not hook:
+                why = "is overridden by another plugin's REPLACE hook"
+            else:
+                continue
+            raise RuntimeError(
+                f"hisparse-router: the hook on {target} {why} (SGLang {release}); the launch stops so that "
+                f"SGLang's own code does not route while HISPARSE_POLICY is set. Unset HISPARSE_POLICY to "
+                "run SGLang's own routing.")
+        return None
+
+    HookRegistry.register(family.guard, hisparse_router_guard, HookType.BEFORE)
+
+
+def _stop(code: int, message: str):
+    print(f"hisparse-router: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)

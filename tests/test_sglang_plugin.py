@@ -1,0 +1,425 @@
+"""The SGLang plugin (engine/serving/sglang_plugin.py, entry point `hisparse_router` of group
+`sglang.srt.plugins`) and `hisparse launch`, against SGLang 0.5.23's own code on a CPU machine.
+
+- Real launches: `python -m sglang.launch_server` (and `sglang serve`) as subprocesses, with a
+  test-only GPU stand-in (tests/fixtures/sglang_standin: a platform plugin that exists only on
+  the PYTHONPATH given to these processes) and a model folder holding a config.json. A launch
+  reaches the routing line, then stops for lack of the HTTP server packages; the tests read the
+  routing lines, the exit code and the reason.
+- In-process: SGLang's own prepare_server_args / resolve_once / check_server_args (the conform
+  driver's stand-ins for the GPU), with the plugin registered by its entry point and applied by
+  SGLang's HookRegistry, against the same code without it, over a grid of over 1,000 configs.
+
+Skipped only where SGLang 0.5.23 is not importable (`make install` installs it)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import FIXTURES, ROOT
+
+FAMILY = "dsa-backends"  # the shipped family the plugin is pointed at (the default policy's)
+STANDIN = os.path.join(FIXTURES, "sglang_standin")
+HISPARSE_FP8 = ["--enable-hisparse", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3"]
+SGLANG_LINE = "HiSparse enabled (fp8_e4m3): using DSA backends prefill=flashmla_kv, decode=flashmla_kv."
+EDITED_LINE = "HiSparse enabled (fp8_e4m3): using DSA backends prefill=flashmla_kv, decode=flashinfer_sparse_mla."
+SITE_RULE = "This site runs HiSparse with an FP8 KV cache only; use --kv-cache-dtype fp8_e4m3."
+ROUTING = re.compile(r"(HiSparse enabled|Set DSA backends|Setting KV cache dtype|When specifying --dsa)")
+
+
+# -- what needs no SGLang ------------------------------------------------------------------------
+
+def shipped_ref() -> str:
+    """FAMILY@N of the shipped family's newest version (what an edited copy of it still says)."""
+    import engine
+
+    policy = engine.load_policy(FAMILY)
+    return f"{policy.family}@{policy.version}"
+
+
+def _pythonpath() -> str:
+    """The stand-in and this checkout first, then what the tests run under (a release's unpacked
+    wheel, where a release other than the installed one is tested)."""
+    return os.pathsep.join([STANDIN, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
+def _clean_env(**more) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HISPARSE_", "SGLANG_"))}
+    env.update(more)
+    return env
+
+
+def test_without_hisparse_policy_the_plugin_does_nothing():
+    """Registration returns before importing anything of SGLang, and registers no hook."""
+    code = ("import sys; from engine.serving.sglang_plugin import register; register(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sglang'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(),
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=_clean_env(HISPARSE_POLICY="/no/such/policy.yaml"))
+    assert out.returncode == 2  # the same code with the variable set does act
+
+
+def test_a_policy_that_does_not_load_stops_with_exit_2_and_one_line(tmp_path, monkeypatch, capsys):
+    from engine.serving.sglang_plugin import register
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"policy: {FAMILY}\nversion: 4\ninputs: [\n", encoding="utf-8")
+    for ref, named in [(str(bad), f"{bad}:"), (f"{FAMILY}@99", f"{FAMILY}@99"), ("", "empty")]:
+        monkeypatch.setenv("HISPARSE_POLICY", ref)
+        with pytest.raises(SystemExit) as exc:
+            register()
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and not isinstance(exc.value, Exception)  # load_plugins lets it through
+        assert err.count("\n") == 1 and err.startswith("hisparse-router: HISPARSE_POLICY=") and named in err, err
+    assert re.search(r"bad\.yaml:\d+:\d+: E104", _first_line_for(bad, monkeypatch, capsys))
+
+
+def _first_line_for(path, monkeypatch, capsys) -> str:
+    from engine.serving.sglang_plugin import register
+
+    monkeypatch.setenv("HISPARSE_POLICY", str(path))
+    with pytest.raises(SystemExit):
+        register()
+    return capsys.readouterr().err
+
+
+def test_the_hook_families_cover_the_releases_they_name():
+    from engine.sglang.hook_targets import PASSES_IN_METHODS, PIPELINE, family_of
+
+    assert family_of("0.5.23") is PIPELINE and family_of("0.5.19") is PIPELINE
+    assert family_of("0.6.0") is PIPELINE  # newer: driven only when its targets exist (checked at launch)
+    assert family_of("0.5.15.post1") is PASSES_IN_METHODS and family_of("0.5.18") is PASSES_IN_METHODS
+    assert family_of("0.5.14") is None and family_of("unknown") is None
+
+
+# -- SGLang 0.5.23 -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sglang_0523():
+    from engine.sglang.conform.drivers import installed_sglang
+
+    version, reason = installed_sglang()
+    if version != "0.5.23":
+        pytest.skip(f"needs SGLang 0.5.23: {reason}")
+    from engine.sglang.conform import sglang_0523 as driver
+
+    driver.import_sglang()
+    return driver
+
+
+@pytest.fixture(scope="module")
+def release():
+    """The SGLang release the launches run (the installed one, or a release's unpacked wheel first on
+    PYTHONPATH, with hisparse-router's entry point installed next to it): one whose routing the
+    plugin drives, else the launch tests skip."""
+    import importlib.util
+
+    from engine.serving.sglang_plugin import installed_release
+    from engine.sglang.hook_targets import family_of
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang is not installed")
+    version = installed_release()
+    if family_of(version) is None:
+        pytest.skip(f"SGLang {version}: the plugin drives 0.5.15 and later")
+    return version
+
+
+@pytest.fixture(scope="module")
+def models(release, tmp_path_factory):
+    from engine.sglang.conform.model_folders import ModelFolders
+
+    return ModelFolders(str(tmp_path_factory.mktemp("models")))
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory) -> str:
+    """A copy of the shipped policy with three edits: HiSparse FP8 decode defaults to
+    flashinfer_sparse_mla; the HiSparse FP8 allow-list takes flashmla_sparse too (SGLang refuses
+    it); a site rule refuses HiSparse with a BF16 KV cache (a check at defaults)."""
+    import engine
+
+    shipped = engine.load_policy(FAMILY)
+    text = open(shipped.file, encoding="utf-8").read()
+    edits = [
+        ("      when: {enable_hisparse: true, kv_cache_dtype: fp8_e4m3}\n"
+         "      set: {prefill: flashmla_kv, decode: flashmla_kv}",
+         "      when: {enable_hisparse: true, kv_cache_dtype: fp8_e4m3}\n"
+         "      set: {prefill: flashmla_kv, decode: flashinfer_sparse_mla}"),
+        ("          fp8_e4m3: [flashinfer_sparse_mla, flashmla_kv]",
+         "          fp8_e4m3: [flashinfer_sparse_mla, flashmla_kv, flashmla_sparse]"),
+        ("  rules:\n    - name: tilelang-fp8-hisparse",
+         "  rules:\n    - name: site-hisparse-fp8-only\n      at: defaults\n"
+         "      when: {dsa_model: true, enable_hisparse: true, kv_cache_dtype: bfloat16}\n"
+         "      require: {enable_hisparse: false}\n"
+         f"      message: {SITE_RULE}\n"
+         "    - name: tilelang-fp8-hisparse"),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    folder = tmp_path_factory.mktemp("policy") / FAMILY
+    folder.mkdir()
+    path = folder / f"v{shipped.version}.yaml"  # the copy keeps the shipped version number
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def launch(argv, *, command=None, cwd=None, **env):
+    """(exit code, the routing lines, the plugin's lines, all output) of a real SGLang launch."""
+    env = _clean_env(PYTHONPATH=_pythonpath(), **env)
+    proc = subprocess.run((command or [sys.executable, "-m", "sglang.launch_server"]) + argv, env=env,
+                          cwd=cwd or ROOT, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    messages = [m.group(1) for m in re.finditer(r"^\[[^\]]*\] (.*)$", out, re.M)]
+    return (proc.returncode, [m for m in messages if ROUTING.match(m)],
+            [line for line in out.splitlines() if "hisparse-router" in line or "hisparse launch" in line], out)
+
+
+def test_without_the_variable_sglang_routes_by_its_own_code(models):
+    """(a) The plugin is installed (its entry point is found) and does nothing."""
+    from importlib.metadata import entry_points
+
+    assert [ep.value for ep in entry_points(group="sglang.srt.plugins") if ep.name == "hisparse_router"] == [
+        "engine.serving.sglang_plugin:register"]
+    code, routing, ours, out = launch(["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8])
+    assert routing == [SGLANG_LINE], out[-3000:]
+    assert ours == [] and code == 1 and "No module named 'uvicorn'" in out  # routed, then stopped
+
+
+def test_the_shipped_policy_gives_sglangs_line_and_names_itself(models):
+    """(b) HISPARSE_POLICY=<the shipped family>: SGLang's routing line, word for word, then the
+    line naming the policy (family@version and sha256 prefix); with SGLang's allow-list of
+    plugins naming it (and the test's stand-in, which the list filters too)."""
+    import engine
+
+    policy = engine.load_policy(FAMILY)
+    code, routing, ours, out = launch(["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8],
+                                      HISPARSE_POLICY=FAMILY, SGLANG_PLUGINS="hisparse_router,hisparse_test_gpu")
+    assert routing == [SGLANG_LINE], out[-3000:]
+    assert len(ours) == 1 and ours[0].endswith(
+        f"hisparse-router: DSA routing decided by policy {policy.family}@{policy.version} "
+        f"sha256={policy.sha256[:12]}"), out[-3000:]
+    assert code == 1 and "No module named 'uvicorn'" in out
+
+
+def test_hisparse_launch_runs_the_edited_policy_and_records_it(models, edited, tmp_path):
+    """(c) + (h) + records: `hisparse launch --policy <edited copy> --record FILE -- python -m
+    sglang.launch_server ...` checks the launch, starts SGLang with the plugin on the copy's
+    bytes (it keeps version 4), SGLang logs the edited route, the exit code is SGLang's, and the
+    decision SGLang's process made replays."""
+    record = tmp_path / "decisions.jsonl"
+    argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8]
+    proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", "launch", "--policy", edited,
+                           "--record", str(record), "--", sys.executable, "-m", "sglang.launch_server", *argv],
+                          env=_clean_env(PYTHONPATH=_pythonpath()), cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # SGLang's own exit
+    assert f"HISPARSE_POLICY={edited}" in out
+    assert f"] {EDITED_LINE}\n" in out and SGLANG_LINE not in out
+    assert re.search(rf"DSA routing decided by policy {shipped_ref()} sha256=[0-9a-f]{{12}} from "
+                     + re.escape(edited), out)
+    records = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 1 and records[0]["decision"]["backends"] == {
+        "prefill": "flashmla_kv", "decode": "flashinfer_sparse_mla"}
+    assert records[0]["input"]["dsa_model"] is True and records[0]["input"]["platform"] == "cuda"
+    from tests.helpers import run_process
+
+    same = run_process("replay", str(record), "--policy", edited)
+    assert same.returncode == 0, same.stdout + same.stderr
+    shipped = run_process("replay", str(record), "--policy", FAMILY)
+    assert shipped.returncode == 1 and "flashinfer_sparse_mla" in shipped.stdout
+
+
+def test_a_config_the_copy_refuses_stops_before_any_routing_line(models, edited):
+    """(e) The copy's check at defaults refuses: SGLang's launch stops with the copy's message
+    (ValueError, as SGLang's own DSA-step refusals), and no backend line was logged."""
+    argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), "--enable-hisparse", "--disable-radix-cache",
+            "--kv-cache-dtype", "bfloat16"]
+    code, routing, ours, out = launch(argv, HISPARSE_POLICY=edited)
+    assert code == 1 and f"ValueError: {SITE_RULE}" in out, out[-3000:]
+    assert routing == [] and len(ours) == 1 and "uvicorn" not in out
+
+
+def test_sglang_serve_stops_with_exit_2_on_a_policy_that_does_not_load(models, tmp_path):
+    """(f) through `sglang serve`: one line naming the file and the problem, exit 2, no traceback."""
+    bad = tmp_path / "v4.yaml"
+    bad.write_text(f"policy: {FAMILY}\nversion: 4\ninputs: {{kv_cache_dtype: {{type: enum, values: [a]\n",
+                   encoding="utf-8")
+    sglang = os.path.join(os.path.dirname(sys.executable), "sglang")
+    code, routing, ours, out = launch(["serve", "--model-path", models.path("DeepseekV32ForCausalLM")],
+                                      command=[sglang], HISPARSE_POLICY=str(bad))
+    assert code == 2 and routing == [] and "Traceback" not in out, out[-3000:]
+    assert len(ours) == 1 and re.match(rf"hisparse-router: HISPARSE_POLICY={re.escape(str(bad))}: "
+                                       rf"{re.escape(str(bad))}:\d+:\d+: E10\d", ours[0]), ours
+
+
+def test_hisparse_launch_refuses_without_starting_sglang(models, edited, tmp_path):
+    """(h) A launch the policy refuses: the decision is printed, exit 1, and SGLang is never
+    started (the command given would fail loudly if it were)."""
+    from tests.helpers import run_process
+
+    record = tmp_path / "r.jsonl"
+    argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), "--enable-hisparse", "--disable-radix-cache",
+            "--kv-cache-dtype", "bfloat16"]
+    proc = run_process("launch", "--policy", edited, "--record", str(record), "--",
+                       os.path.join(str(tmp_path), "no-such-python"), "-m", "sglang.launch_server", *argv)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == f"REJECTED by {shipped_ref()}: {SITE_RULE}"
+    assert "SGLang was not started" in proc.stderr and "cannot run" not in proc.stderr
+    assert json.loads(record.read_text(encoding="utf-8"))["decision"]["ok"] is False
+    # accepted: the command runs (here it cannot: the one line says so, exit 2)
+    argv[-1] = "fp8_e4m3"
+    proc = run_process("launch", "--policy", edited, "--", os.path.join(str(tmp_path), "no-such-python"),
+                       "-m", "sglang.launch_server", *argv)
+    assert proc.returncode == 2 and "hisparse launch: cannot run" in proc.stderr
+    proc = run_process("launch", "--policy", edited)
+    assert proc.returncode == 2 and "no command" in proc.stderr
+
+
+# -- in-process: the plugin registered by its entry point, applied by SGLang's HookRegistry ----------
+
+@contextlib.contextmanager
+def plugin_active(monkeypatch, policy, record=None):
+    """The plugin as load_plugins() runs it (register(), then HookRegistry.apply_hooks()); on
+    exit every binding SGLang's hooks replaced is put back and the registry reset."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from engine.serving import sglang_plugin
+    from engine.sglang.hook_targets import PIPELINE
+
+    originals = [sglang_plugin._resolve(t) for t in PIPELINE.targets()]
+    bindings = [(mod, name, value) for mod in list(sys.modules.values()) if mod is not None
+                for name, value in list(getattr(mod, "__dict__", {}).items())
+                if any(value is o for o in originals)]
+    monkeypatch.setenv("HISPARSE_POLICY", policy)
+    if record:
+        monkeypatch.setenv("HISPARSE_RECORD", record)
+    try:
+        sglang_plugin.register()
+        HookRegistry.apply_hooks()
+        yield HookRegistry
+    finally:
+        for mod, name, value in bindings:
+            setattr(mod, name, value)
+        HookRegistry.reset()
+        monkeypatch.delenv("HISPARSE_POLICY")
+        monkeypatch.delenv("HISPARSE_RECORD", raising=False)
+
+
+def _grid_cases(policy):
+    """Over 1,000 launches: a stratified sample of the policy's DSA domain (every value of every
+    input appears) and of its whole domain."""
+    from engine.sglang.conform.cases import case_of
+    from engine.sglang.conform.sample import axes, stratified
+
+    configs = stratified(axes(policy, {"dsa_model": True}), 1000, 1) + stratified(axes(policy), 200, 2)
+    return list(dict.fromkeys(case_of(policy, c) for c in configs))
+
+
+def test_the_shipped_policy_drives_sglangs_launch_path_as_its_own_code(sglang_0523, monkeypatch):
+    """Accepted and refused alike, with the same messages and exception types, the same KV dtype
+    and backends (also what a refused launch had declared), and the same routing lines in the
+    same order, including those logged before a refusal. The one difference allowed: a
+    --hisparse-config the policy refuses is refused at SGLang's HiSparse check instead of when
+    the model runner starts, with SGLang's message."""
+    import engine
+
+    policy = engine.load_policy(FAMILY)
+    cases = _grid_cases(policy)
+    assert len(cases) >= 1000
+    native = [sglang_0523.run_case(c) for c in cases]
+    with plugin_active(monkeypatch, FAMILY):
+        routed = [sglang_0523.run_case(c) for c in cases]
+    assert sum(r.ok for r in native) > 100 and sum(not r.ok for r in native) > 100
+    assert sum(bool(r.log) and not r.ok for r in native) > 10  # lines logged before a refusal
+    earlier = 0
+    for case, a, b in zip(cases, native, routed):
+        assert (b.ok, b.error_type, b.message, b.log) == (a.ok, a.error_type, a.message, a.log), case
+        assert (b.kv_cache_dtype, b.backends) == (a.kv_cache_dtype, a.backends), case
+        if a.stage != b.stage:
+            assert (a.stage, b.stage) == ("hisparse_config", "check"), case
+            earlier += 1
+    assert earlier < len(cases) // 10
+
+
+def test_the_decision_reaches_a_child_process_as_sglang_sends_it(sglang_0523, models, edited, monkeypatch,
+                                                                  tmp_path):
+    """(d) + (g): with the edited copy, SGLang's own prepare_server_args / resolve_once /
+    check_server_args accept the pairing SGLang itself refuses (HiSparse FP8 with flashmla_sparse
+    decode), and the ServerArgs pickled as SGLang sends it to its scheduler process carries the
+    policy's backends there."""
+    from engine.sglang.conform.machine import faked_gpu
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from sglang.srt.server_args import prepare_server_args
+
+    argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8,
+            "--dsa-decode-backend", "flashmla_sparse"]
+    saved = dict(os.environ)
+    with faked_gpu("cuda", (9, 0)):
+        native = prepare_server_args(argv)
+        native.resolve_once()
+        with pytest.raises(ValueError, match="HiSparse supports DSA decode backend"):
+            native.check_server_args()
+        with plugin_active(monkeypatch, edited):
+            args = prepare_server_args(argv)
+            args.resolve_once()
+            args.check_server_args()
+    os.environ.clear()
+    os.environ.update(saved)
+    assert [resolution_result(args, f) for f in ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend")] \
+        == ["fp8_e4m3", "flashmla_kv", "flashmla_sparse"]
+    import pickle
+
+    shipped = tmp_path / "server_args.pickle"
+    shipped.write_bytes(pickle.dumps(args))
+    child = ("import pickle, sys; args = pickle.load(open(sys.argv[1], 'rb')); "
+             "from sglang.srt.arg_groups.overrides import resolution_result; "
+             "print([resolution_result(args, f) for f in ('dsa_prefill_backend', 'dsa_decode_backend')], "
+             "getattr(args, '_resolution_finished', None))")
+    out = subprocess.run([sys.executable, "-c", child, str(shipped)], capture_output=True, text=True, timeout=600,
+                         env=_clean_env(PYTHONPATH=_pythonpath()))
+    assert out.stdout.strip().splitlines()[-1:] == ["['flashmla_kv', 'flashmla_sparse'] True"], out.stderr[-3000:]
+
+
+def test_a_moved_target_or_a_hook_not_applied_stops_the_launch(sglang_0523, monkeypatch, capsys):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from engine.serving import sglang_plugin
+    from engine.sglang import hook_targets
+
+    moved = "sglang.srt.arg_groups.overrides._dsa_backend_resolution_moved"
+    replace = dict(hook_targets.PIPELINE.replace)
+    replace[moved] = replace.pop("sglang.srt.arg_groups.overrides._dsa_split_backend_resolution")
+    monkeypatch.setattr(hook_targets.PIPELINE, "replace", replace)
+    monkeypatch.setenv("HISPARSE_POLICY", FAMILY)
+    with pytest.raises(SystemExit) as exc:
+        sglang_plugin.register()
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and f"SGLang 0.5.23 has no {moved}" in err and err.count("\n") == 1
+    monkeypatch.undo()
+    # registered, but SGLang could not apply one hook: the guard stops resolution
+    from sglang.srt.server_args import ServerArgs  # noqa: F401
+
+    monkeypatch.setenv("HISPARSE_POLICY", FAMILY)
+    try:
+        sglang_plugin.register()
+        guard = [h for _, h, _ in HookRegistry._hooks[hook_targets.PIPELINE.guard]][-1]
+        HookRegistry._patched.update(hook_targets.PIPELINE.replace)
+        HookRegistry._patched.discard("sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend")
+        with pytest.raises(RuntimeError, match=r"the hook on sglang\.srt\.arg_groups\.hisparse_hook\."
+                                               r"validate_hisparse_dsa_backend was not applied \(SGLang 0\.5\.23\)"):
+            guard()
+        HookRegistry._patched.add("sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend")
+        assert guard() is None
+    finally:
+        HookRegistry.reset()
