@@ -45,6 +45,11 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n".join(indent + line for line in wrap_words(text, width - len(indent)))
 
 
+# argparse's actions that a repeat adds to (or that end parsing): named, their classes are private
+_REPEATABLE = frozenset({"_AppendAction", "_AppendConstAction", "_ExtendAction", "_CountAction", "_HelpAction",
+                         "_VersionAction"})
+
+
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
@@ -66,8 +71,7 @@ class Parser(argparse.ArgumentParser):
                 break
             flag, eq, attached = word.partition("=")
             action = self._option_string_actions.get(flag)
-            if action is None or not flag.startswith("-") or isinstance(
-                    action, (argparse._AppendAction, argparse._CountAction, argparse._HelpAction)):
+            if action is None or not flag.startswith("-") or type(action).__name__ in _REPEATABLE:
                 continue
             if eq:
                 value = attached

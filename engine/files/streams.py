@@ -103,8 +103,8 @@ def open_stream(what: str, source: str):
     try:  # a regular file, or a FIFO waited for; a directory or device is refused unread
         fd = open_checked(source, source, "give a regular file or a pipe", fifo=True, code="C504")
     except ReadError as exc:
-        raise ConfigError([p._replace(message=p.message.replace("cannot read file", f"cannot read {what}"))
-                           for p in exc.problems]) from None
+        raise ConfigError([Problem(p.code, p.message.replace("cannot read file", f"cannot read {what}"), p.file,
+                                   p.line, p.col, p.hint) for p in exc.problems]) from None
     return os.fdopen(fd, "rb")
 
 
