@@ -1,9 +1,14 @@
 # Two commands on a fresh machine: `make run` (the main job on the shipped default policy) and
-# `make test`. Both create .venv if it is missing and install the project into it.
+# `make test`. Each creates .venv if it is missing and installs what it needs, no more: `run` the
+# project with PyYAML, jsonschema, a CPU torch and numpy; `test` adds pytest, hypothesis and
+# SGLang 0.5.23 with the light pins its start-up code needs (the conform tests). One stamp file per
+# step, so `make run` then `make test` installs only the difference.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+RUN_STAMP     := $(VENV)/.installed-run
+CONFORM_STAMP := $(VENV)/.installed-conform
+TEST_STAMP    := $(VENV)/.installed-test
 # torch is pinned and installed first: an unpinned torch requirement pulls a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 # SGLang for `engine.sglang.conform`: the release the conform driver runs, installed with --no-deps next to
@@ -12,35 +17,43 @@ TORCH  ?= torch==2.13.0
 SGLANG ?= sglang==0.5.23
 CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
-.PHONY: install run test bench bench-quick check clean conform-env
+.PHONY: install run test bench bench-quick check clean conform-env conform-releases
 
-install: $(STAMP)
+# everything: what `run` and `test` need
+install: $(TEST_STAMP)
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[bridge]'
+	touch $@
+
+$(CONFORM_STAMP): $(RUN_STAMP)
 	@if $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
 		echo "$(BIN)/python -m pip install -q --no-deps <the conform extra> $(SGLANG)"; \
 		$(BIN)/python -m pip install -q --no-deps $$($(CONFORM_DEPS)) $(SGLANG); \
 	else echo "engine.sglang.conform: $(SGLANG) needs Python 3.11 or newer; not installed"; fi
-	touch $(STAMP)
+	touch $@
 
-run: $(STAMP)
+$(TEST_STAMP): $(RUN_STAMP) $(CONFORM_STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+run: $(RUN_STAMP)
 	@bash examples/run.sh $(BIN)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
-check: $(STAMP)
+check: $(RUN_STAMP)
 	$(BIN)/hisparse check policies/
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
-bench-quick: $(STAMP)
+bench-quick: $(TEST_STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench --quick
 
@@ -51,6 +64,10 @@ RELEASE = $(patsubst sglang==%,%,$(SGLANG))
 ENVS ?=
 conform-env:
 	bash tools/sglang-env.sh $(RELEASE) $(ENVS)
+
+# every release a shipped version models, on a 1,000-config stratified sample of its own code
+conform-releases: $(TEST_STAMP)
+	bash tools/conform-releases.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

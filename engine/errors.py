@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from engine.values import one_line
+
 # code -> (slug, what it means). The error-code table of docs/cli.md is generated from this mapping and
 # a test keeps the two in step.
 CODES: dict[str, tuple[str, str]] = {
@@ -50,7 +52,7 @@ CODES: dict[str, tuple[str, str]] = {
     "C503": ("wrong-type", "a config value of the wrong type"),
     "C504": ("bad-config-file", "a config file that cannot be read or is not a mapping"),
     "C505": ("bad-batch-line", "a --batch line that is not a JSON object"),
-    "C506": ("domain-too-large", "a whole-domain operation over more configs than it enumerates (use --where)"),
+    "C506": ("domain-too-large", "a whole-domain operation over more configs or rule evaluations than it does (use --where)"),
     # the policy store (safe reload)
     "S801": ("policy-removed", "a policy file the store served was removed; the newest remaining good version is served"),
     "S802": ("internal-load-error", "loading a file failed unexpectedly (a bug); the last good version is kept"),
@@ -81,14 +83,15 @@ class Problem(namedtuple("Problem", "code message file line col hint", defaults=
     def where(self) -> str:
         if not self.file:
             return ""
+        file = one_line(self.file)  # a file name may hold a line break: one problem, one line
         if self.line:
-            return f"{self.file}:{self.line}:{self.col}"
-        return self.file
+            return f"{file}:{self.line}:{self.col}"
+        return file
 
     def __str__(self) -> str:
-        text = f"{self.code}: {self.message}"
+        text = f"{self.code}: {one_line(self.message)}"
         if self.hint:
-            text += f" ({self.hint})"
+            text += f" ({one_line(self.hint)})"
         where = self.where()
         return f"{where}: {text}" if where else text
 
@@ -127,3 +130,19 @@ class PolicyError(HisparseError):
 
 class ConfigError(HisparseError, ValueError):
     """A config given to evaluate is invalid (unknown key or value, wrong type). CLI exit code 2."""
+
+
+class MissingDependency(EngineError, ImportError):
+    """A package a step needs is not installed (PyYAML to read a YAML file, jsonschema to check a
+    policy the compiled cache does not hold): the message says what to install. CLI exit code 2."""
+
+
+def import_required(module: str, package: str):
+    """`import module`, or MissingDependency naming the pip package to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(f"{package} is not installed ({exc}); install it with: "
+                                f"python -m pip install {package}") from None

@@ -1,9 +1,12 @@
 """A progress line for long jobs, the same for every command (diff and table over a domain, attend's
 steps, conform's launches): on a terminal one line redrawn in place, at most 10 times a second;
-elsewhere (a log, a pipe, CI output) whole lines, so a log never reads `step 5/8step 6/8`."""
+elsewhere (a log, a pipe, CI output) whole lines, so a log never reads `step 5/8step 6/8`.
+`Waiting` is the same line for a step that cannot count (conform importing SGLang): the seconds
+it has taken."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 REDRAW = 0.1  # seconds between two redraws of a terminal line
@@ -117,4 +120,35 @@ class Progress:
             out.write(text)
             out.flush()
         except (AttributeError, OSError, ValueError):  # a closed or broken stream never stops the job
+            self.closed = True
+
+
+class Waiting(Progress):
+    """`with Waiting(label):` around a step that cannot count its progress: `label... 0s` at once,
+    then the time taken, redrawn every second on a terminal and written every `every` seconds
+    elsewhere, and a closing line when the step ends (however it ends)."""
+
+    def __init__(self, label: str, *, stream=None, every: float = 10.0, clock=time.monotonic):
+        super().__init__(label, 0, stream=stream, delay=0.0, every=every, clock=clock)
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def line(self) -> str:
+        return f"{self.label}... {duration(self.clock() - self.start)}"
+
+    def __enter__(self):
+        self._show(self.clock())
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._ticker.start()
+        return self
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0 if self.tty else self.every) and not self.closed:
+            self._show(self.clock())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._ticker.join()
+        if not self.closed:
+            self._show(self.clock(), end=True)
             self.closed = True

@@ -38,7 +38,7 @@ def closest(name: str, candidates) -> str | None:
 def did_you_mean(name: str, candidates, list_if_none: bool = True) -> str:
     """A hint: "did you mean 'X'?", or the valid names when nothing is close (unless asked not to)."""
     candidates = list(candidates)
-    hits = close_matches(name, candidates)
+    hits = [h for h in close_matches(name, candidates) if h != name]  # never the name itself back
     if len(hits) == 1:
         return f"did you mean '{hits[0]}'?"
     if hits:

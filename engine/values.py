@@ -10,12 +10,28 @@ import re
 
 
 def show(value) -> str:
-    """A value as a word: unset for null, true/false, else str() (enum names print bare)."""
+    """A value as a word: unset for null, true/false, else str() (enum names print bare), its line
+    breaks escaped (one_line)."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return one_line(str(value))
+
+
+# Every character that ends a line somewhere: a terminal (\n, \v, \f), Python's str.splitlines
+# (\x1c-\x1e, \x85), a log viewer or editor (\u2028, \u2029). A field of text output (a model
+# path, a config key or value, a policy message, a file path) holding one could print a line of
+# its own that reads like a verdict, so fields are rendered through one_line.
+_BREAKS = re.compile("[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: every line break in it shown as an escape (\\n, \\x0d, \\x1c,
+    \\u2028), as escape() shows the other controls."""
+    if not isinstance(text, str):
+        text = str(text)
+    return _BREAKS.sub(lambda m: "\\n" if m.group(0) == "\n" else _escape_char(m), text)
 
 
 def clip(text: str, limit: int | None = 80) -> str:
@@ -62,7 +78,7 @@ def typed(value, limit: int | None = 80) -> str:
 # controls, and the bidirectional overrides and isolates (they reorder what is shown). A policy
 # message, a config key or a model path holding one could redraw the line (CR), recolour it
 # (ESC) or print a fake verdict, so text output shows them as escapes.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape_char(m: re.Match) -> str:

@@ -3,8 +3,9 @@
 FP8 656-byte KV rows (`fp8`), exact CPU reference kernels (`reference`), the FlashMLA adapter
 (`flashmla`), validation and dispatch by backend name (`validate`, `dispatch`), HiSparse's hot
 buffer (`hot_buffer`), the `hisparse attend` and `doctor` commands (`cli`) and the GPU check of
-FlashMLA against the reference (`gpu_check`). Everything here needs torch; names are resolved lazily so that
-`import kernels_bridge` stays cheap until a name is used.
+FlashMLA against the reference (`gpu_check`). Everything here needs torch but the plain sizes (`layout`) and
+attend's workload checks (`workload_spec`), which run before torch is imported; names are resolved lazily
+so that `import kernels_bridge` stays cheap until a name is used.
 """
 from __future__ import annotations
 

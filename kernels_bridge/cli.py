@@ -12,14 +12,15 @@ from engine.cli.commands import main as engine_main, register
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
 from engine.progress import Progress
-from engine.values import shown
+from engine.values import clip, shown
 
 # attend's workload knobs are SGLang's --hisparse-config fields, spelled as the policy's inputs
 # (v3 declares them); for a policy without them attend adds the same flags itself.
 WORKLOAD_INPUTS = {"hisparse_top_k": "--hisparse-top-k", "hisparse_device_buffer_size": "--hisparse-device-buffer-size"}
 ATTEND_ON = ("enable_hisparse", "disable_radix_cache")  # what attend turns on unless told otherwise
-BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.13.0 numpy` (CPU), "
-               "or `pip install -e '.[bridge]'` after a CUDA build of torch")
+COMPARED = ("fp8_e4m3", "bfloat16")  # attend --compare: the KV cache dtypes of HiSparse's two paths
+BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.13.0 numpy` (the CPU build), "
+               "or `pip install 'hisparse-router[bridge]'` once the torch build you want is installed")
 
 
 def cmd_attend(argv) -> int:
@@ -33,7 +34,9 @@ def cmd_attend(argv) -> int:
     add_policy_options(parser)
     w = parser.add_argument_group("workload")
     w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
-    w.add_argument("--context", type=int_arg, default=4096, help="tokens of KV per request at the start (default 4096)")
+    w.add_argument("--context", type=int_arg, default=4096,
+                   help="tokens of KV per request at the start (default 4096); shorter than top-k: every "
+                        "token is picked, as in SGLang")
     w.add_argument("--heads", type=int_arg, default=128, help="query heads: 64 or 128 (default 128)")
     for name, flag in WORKLOAD_INPUTS.items():
         if name not in policy.inputs:  # the policy does not declare it: attend's own option
@@ -53,59 +56,102 @@ def cmd_attend(argv) -> int:
     w.add_argument("--threads", type=int_arg, metavar="N",
                    help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
                         "loaded machine 1 is often faster)")
+    w.add_argument("--compare", action="store_true",
+                   help="run the workload on an FP8 (fp8_e4m3) and a BF16 KV cache and report both side by "
+                        "side: latency, memory, accuracy against dense float64")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
+    from kernels_bridge.workload_spec import DEFAULT_TOP_K, Workload
+
     base = {name: True for name in ATTEND_ON if name in policy.inputs}
     config = combined(policy, layers_from_args(policy, ns, base=base)).config
     top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
-    top_k = 2048 if top_k is None else top_k
+    top_k = DEFAULT_TOP_K if top_k is None else top_k
     buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
                                   getattr(ns, "hisparse_device_buffer_size", None))
-    buffer_size = 2 * top_k if buffer_size is None else buffer_size
-    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
+    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size",
+                                                     2 * top_k if buffer_size is None else buffer_size)):
         if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
-            config = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
-            config[name] = value
-    decision = policy.evaluate(config)
-    if not decision.ok:
-        print(f"REJECTED by {policy.ref}: {decision.error}")
-        return VIOLATION
+            config = _with(policy, config, name, value)
+    if ns.compare and any(policy.canonical_key(k) == "kv_cache_dtype" for k in config):
+        raise UsageError("hisparse attend: --compare runs the workload on both fp8_e4m3 and bfloat16: "
+                         "leave out --kv-cache-dtype")
+    decisions = {}
+    for dtype in COMPARED if ns.compare else (None,):
+        decision = policy.evaluate(config if dtype is None else _with(policy, config, "kv_cache_dtype", dtype))
+        if not decision.ok:
+            print(f"REJECTED by {policy.ref}" + (f" with --kv-cache-dtype={dtype}" if dtype else "")
+                  + f": {decision.error}")
+            return VIOLATION
+        decisions[dtype or decision.config.get("kv_cache_dtype")] = decision
+    # every argument is checked before torch is imported: a mistake is answered at once
+    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
+                    ns.seed, ns.provider, ns.device)
+    problems = work.problems([d.backends.get("decode") for d in decisions.values()])
+    if ns.threads is not None and ns.threads < 1:
+        problems.append(f"--threads {ns.threads}: at least 1")
+    from kernels_bridge.errors import BridgeError
+    from kernels_bridge.resources import memory_budget, parse_size
+
+    max_bytes, limit = None, "--max-memory"
+    if ns.max_memory is not None:
+        max_bytes = parse_size(ns.max_memory)
+        if max_bytes is None:
+            problems.append(f"--max-memory {shown(ns.max_memory)}: expected a size such as 1073741824, 512M or 8G")
+    if problems:
+        raise UsageError("hisparse attend: " + "; ".join(problems))
+    try:
+        if max_bytes is None and not ns.device.startswith("cuda"):  # a GPU's budget needs torch
+            max_bytes, limit = memory_budget(None)
+        if max_bytes is not None:
+            work.check(max_bytes=max_bytes, limit=limit)
+    except BridgeError as exc:
+        print(f"hisparse attend: {exc}", file=sys.stderr)
+        return ERROR
     try:
         import torch  # the bridge needs it; say so plainly when it is missing
     except ImportError as exc:
         print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
         return ERROR
     if ns.threads is not None:
-        if ns.threads < 1:
-            raise UsageError(f"hisparse attend: --threads {ns.threads}: at least 1")
         torch.set_num_threads(ns.threads)
-    from kernels_bridge.errors import BridgeError
-    from kernels_bridge.resources import parse_size
-    from kernels_bridge.workload import Workload, report_text, run
+    from kernels_bridge.workload import compare_text, report_text, run
 
-    max_bytes = None
-    if ns.max_memory is not None:
-        max_bytes = parse_size(ns.max_memory)
-        if max_bytes is None:
-            raise UsageError(f"hisparse attend: --max-memory {shown(ns.max_memory)}: expected a size such as "
-                             "1073741824, 512M or 8G")
-    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
-                    ns.seed, ns.provider, ns.device)
-    try:
-        report = run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes)
-    except BridgeError as exc:
-        print(f"hisparse attend: {exc}", file=sys.stderr)
-        return ERROR
-    except MemoryError:
-        print("hisparse attend: out of memory while building the workload; make it smaller or lower "
-              "--max-memory", file=sys.stderr)
-        return ERROR
+    reports = {}
+    for dtype, decision in decisions.items():
+        building = Progress("building KV", 0, unit="rows", tenths=True)
+        try:
+            reports[dtype] = run(decision, work, progress=Progress("step", ns.steps, delay=0.0),
+                                 max_bytes=max_bytes, limit=limit, build_progress=building)
+        except BridgeError as exc:
+            print(f"hisparse attend: {exc}", file=sys.stderr)
+            return ERROR
+        except MemoryError:
+            print("hisparse attend: out of memory while building the workload; make it smaller or lower "
+                  "--max-memory", file=sys.stderr)
+            return ERROR
+        except RuntimeError as exc:  # torch's allocator (DefaultCPUAllocator, CUDA out of memory)
+            text = str(exc)
+            if "alloc" not in text.lower() and "out of memory" not in text.lower():
+                raise
+            print(f"hisparse attend: the device could not allocate the workload ({clip(text.splitlines()[0], 160)}); "
+                  "make it smaller or lower --max-memory", file=sys.stderr)
+            return ERROR
+        finally:
+            building.close()
     if ns.format == "json":
-        emit_json(report)
+        emit_json({"compare": reports} if ns.compare else reports[next(iter(reports))])
     else:
-        print(report_text(report))
+        print(compare_text(reports) if ns.compare else report_text(reports[next(iter(reports))]))
     return OK
+
+
+def _with(policy, config: dict, name: str, value) -> dict:
+    """The config with input `name` set to `value`, whatever spelling gave it before."""
+    out = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
+    out[name] = value
+    return out
 
 
 def _workload_value(policy, config: dict, name: str, own):
@@ -136,7 +182,7 @@ def cmd_doctor(argv) -> int:
         emit_json(report)
     else:
         print(render_doctor(report))
-    return OK if report["bridge"]["usable"] else VIOLATION
+    return OK if report["bridge"]["usable"] else ERROR  # torch is missing: the install is incomplete
 
 
 def _doctor_without_torch(exc: ImportError) -> dict:

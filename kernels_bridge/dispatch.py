@@ -15,6 +15,7 @@ import torch
 
 from kernels_bridge import flashmla; from kernels_bridge import reference
 from kernels_bridge.errors import RoutingRejected, ValidationError, describe, shown
+from kernels_bridge.resources import format_bytes, memory_budget
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 from kernels_bridge.validate import D_V, check_d_v, check_decode, check_prefill
 
@@ -103,6 +104,7 @@ def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length,
     if shape.empty:  # no query: empty outputs, no kernel of any provider
         stats = q.new_empty(0, shape.h_q, dtype=torch.float32)
         return AttentionResult(q.new_empty(0, shape.h_q, D_V), stats, stats.clone(), chosen)
+    _check_output_memory(q, shape.s_q, shape.h_q)
     if chosen == "flashmla":
         out, max_logits, lse = flashmla.prefill_call(q, kv, indices, sm_scale, attn_sink,
                                                      topk_length)
@@ -132,11 +134,24 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
         b, s_q, h_q = shape.b, shape.s_q, shape.h_q
         return AttentionResult(q.new_empty(b, s_q, h_q, D_V),
                                q.new_empty(b, s_q, h_q, dtype=torch.float32).transpose(1, 2), None, chosen)
+    _check_output_memory(q, shape.b * shape.s_q, shape.h_q)
     if chosen == "flashmla":
         out, lse = flashmla.decode_call(q, k_cache, indices, softmax_scale, attn_sink)
     else:
         out, lse = reference.decode_compute(q, k_cache, indices, softmax_scale, attn_sink)
     return AttentionResult(out, lse, None, chosen)
+
+
+def _check_output_memory(q: torch.Tensor, queries: int, h_q: int) -> None:
+    """Refuse, before any kernel, a call whose outputs alone (BF16 [queries, h_q, 512] and the f32
+    statistics) would not fit in the memory budget of q's device: a q expanded to a million
+    queries costs nothing, its output 131 GB."""
+    need = queries * h_q * (D_V * 2 + 2 * 4)
+    limit, source = memory_budget(q.device)
+    if need > limit:
+        raise ValidationError(f"q: {queries} queries x {h_q} heads need {format_bytes(need)} of outputs on "
+                              f"{q.device}; the limit is {format_bytes(limit)} ({source}); split the call",
+                              argument="q")
 
 
 def _check_choice(what: str, value, choices, phrase: str) -> None:

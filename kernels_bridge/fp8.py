@@ -30,17 +30,10 @@ from __future__ import annotations
 import torch
 
 from kernels_bridge.errors import ValidationError, describe
+from kernels_bridge.layout import (BF16_ROW_BYTES, D_NOPE, D_QK, D_ROPE, FP8_ROW_BYTES,  # noqa: F401
+                                    NUM_TILES, SCALE_BYTES, TILE)  # the row layout, exported here too
 
 __all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8", "dequantize_kv_fp8_f32"]
-
-D_NOPE = 512          # quantized dims (the latent, also V)
-D_ROPE = 64           # rotary dims, kept in bf16
-D_QK = D_NOPE + D_ROPE  # 576
-TILE = 128            # dims per scale
-NUM_TILES = D_NOPE // TILE  # 4
-SCALE_BYTES = 4 * NUM_TILES  # 16
-FP8_ROW_BYTES = D_NOPE + SCALE_BYTES + 2 * D_ROPE  # 656
-BF16_ROW_BYTES = 2 * D_QK  # 1152
 
 FP8_MAX = 448.0
 SCALE_FLOOR = 1e-4    # FlashMLA's FP8_AMAX_MARGIN: keeps an all-zero tile's scale at 2**-13

@@ -62,6 +62,7 @@ out of CUDA graphs.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
@@ -70,6 +71,7 @@ import torch
 
 from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
+from kernels_bridge.layout import STAGING_BYTES, hot_buffer_bytes, slot_bytes
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 from kernels_bridge.validate import INT32_MAX
 
@@ -82,7 +84,7 @@ ROW_LAYOUTS = {
 }
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-_STAGING_BYTES = 8 << 20  # about 12k FP8 or 7k BF16 rows per chunk
+_STAGING_BYTES = STAGING_BYTES
 
 
 class HotBufferError(ValidationError):
@@ -119,9 +121,8 @@ IntArg = Union[int, Iterable[int], torch.Tensor]
 
 
 def _slot_dtype(device: torch.device, buffer_size: int) -> torch.dtype:
-    """The dtype of the position -> slot map: int16 on the CPU when slot numbers fit (as SGLang's
-    lru_slots), elsewhere int32 (portable atomics)."""
-    return torch.int16 if device.type == "cpu" and buffer_size < 2**15 else torch.int32
+    """The dtype of the position -> slot map (layout.slot_bytes says which)."""
+    return torch.int16 if slot_bytes(device.type, buffer_size) == 2 else torch.int32
 
 
 class HotBuffer:
@@ -210,7 +211,12 @@ class HotBuffer:
             )
         need = self.bytes_needed(num_requests, max_seq_len, buffer_size, page_size,
                                  host_pool.element_size() * row_shape[0], dev)
-        limit, source = (max_bytes, "max_bytes") if max_bytes is not None else memory_budget(dev)
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, numbers.Integral)
+                                      or max_bytes < 1):
+            # NaN compares false with everything (it would skip the budget); '1G' is not a size here
+            raise HotBufferError(f"max_bytes: expected a positive whole number of bytes, got {shown(max_bytes)} "
+                                 f"({type(max_bytes).__name__})", argument="max_bytes")
+        limit, source = (int(max_bytes), "max_bytes") if max_bytes is not None else memory_budget(dev)
         if need > limit:
             raise HotBufferError(
                 f"buffer_size: {buffer_size} slots x {num_requests} requests need {format_bytes(need)} "
@@ -269,10 +275,8 @@ class HotBuffer:
                      row_bytes: int, device=None) -> int:
         """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position
         maps and LRU order, the staging of a copy."""
-        slot_bytes = _slot_dtype(torch.device(device or "cpu"), buffer_size).itemsize
-        rows = num_requests * (buffer_size + page_size) * row_bytes
-        state = num_requests * buffer_size * 8 * 2 + (num_requests * max_seq_len + 1) * slot_bytes
-        return rows + state + min(_STAGING_BYTES, rows)
+        return hot_buffer_bytes(num_requests, max_seq_len, buffer_size, page_size, row_bytes,
+                                torch.device(device or "cpu").type)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -5,28 +5,28 @@ what is wrong (a missing CUDA, a device index past the last GPU, a device type t
 run on). `memory_budget` is the documented limit a workload is checked against before its first
 allocation: half of what this process can still take (the smaller of the machine's available
 memory and what RLIMIT_AS leaves), or half of a GPU's free memory; HISPARSE_MEMORY_LIMIT (bytes,
-or with a K/M/G/T suffix) replaces the computed figure.
-"""
+or with a K/M/G/T suffix) replaces the computed figure. torch is imported only where a device is
+looked at, so a CPU workload is sized before it is."""
 from __future__ import annotations
 
 import os
 import re
 from typing import Optional, Tuple
 
-import torch
-
 from kernels_bridge.errors import ValidationError, shown
 
-__all__ = ["resolve_device", "memory_budget", "parse_size", "format_bytes", "MEMORY_FRACTION"]
+__all__ = ["resolve_device", "memory_budget", "memory_available", "parse_size", "format_bytes", "MEMORY_FRACTION"]
 
 MEMORY_FRACTION = 0.5
 _SIZE = re.compile(r"\s*([0-9]{1,15}(?:\.[0-9]{1,6})?)\s*([kmgt]?)i?b?\s*", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def resolve_device(device, argument: str = "device", error=ValidationError) -> torch.device:
+def resolve_device(device, argument: str = "device", error=ValidationError) -> "torch.device":
     """The torch.device `device` names, when the bridge can put tensors there (the CPU, or a CUDA
     device that exists); else `error` naming the argument and why."""
+    import torch
+
     if isinstance(device, torch.device):
         dev = device
     else:
@@ -50,18 +50,31 @@ def resolve_device(device, argument: str = "device", error=ValidationError) -> t
     return dev
 
 
-def memory_budget(device: Optional[torch.device] = None) -> Tuple[int, str]:
-    """(bytes a workload may allocate on `device`, how the figure was found)."""
+def memory_budget(device=None) -> Tuple[int, str]:
+    """(bytes a workload may allocate on `device` (a torch.device or a name), how the figure was
+    found)."""
     override = os.environ.get("HISPARSE_MEMORY_LIMIT")
     if override:
         size = parse_size(override)
         if size is not None:
             return size, "HISPARSE_MEMORY_LIMIT"
-    if device is not None and torch.device(device).type == "cuda":
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free * MEMORY_FRACTION), f"half of the free memory of {device}"
     available = _host_available()
     return int(available * MEMORY_FRACTION), "half of the memory this process can still take"
+
+
+def memory_available(device: Optional[torch.device] = None) -> Tuple[int, str]:
+    """(bytes that can still be allocated on `device` at all, how the figure was found): a limit
+    raised with --max-memory or HISPARSE_MEMORY_LIMIT never goes past it, so a workload the
+    machine cannot hold is refused before the allocator fails half-way."""
+    if device is not None and torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), f"the free memory of {device}"
+    return _host_available(), "the memory this process can still take"
 
 
 def _host_available() -> int:

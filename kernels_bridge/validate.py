@@ -49,16 +49,13 @@ import torch
 
 from kernels_bridge.errors import ValidationError, describe
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
+from kernels_bridge.layout import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
 
 __all__ = [
     "D_QK", "D_V", "HEAD_COUNTS", "PREFILL_TOPK_MULTIPLE", "DECODE_TOPK_MULTIPLE",
     "PrefillShape", "DecodeShape", "check_prefill", "check_decode", "check_scale", "check_d_v",
 ]
 
-D_V = 512
-HEAD_COUNTS = (64, 128)
-PREFILL_TOPK_MULTIPLE = 128
-DECODE_TOPK_MULTIPLE = 64
 BASE_ALIGN_BYTES = 16
 INDEX_STRIDE_ELEMS = 8  # 32 bytes of int32
 INT32_MAX = 2 ** 31 - 1  # strides and row numbers the kernels keep in int32 (the hot buffer too)

@@ -17,88 +17,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels_bridge.dispatch import BACKENDS, attend
-from kernels_bridge.errors import ValidationError, shown
-from engine.language.inputs import INT_MAX
+from kernels_bridge.dispatch import attend
 from kernels_bridge.fp8 import BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, quantize_kv_fp8
 from kernels_bridge.hot_buffer import HotBuffer
-from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
-from kernels_bridge.validate import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
-
-PAGE = 64
-
-
-# The workload's knobs are SGLang's --hisparse-config names, with SGLang's defaults: top_k 2048,
-# device_buffer_size 2 * top_k. Messages name the flags `hisparse attend` spells them with.
-TOP_K_FLAG, BUFFER_FLAG = "--hisparse-top-k", "--hisparse-device-buffer-size"
-DEFAULT_TOP_K = 2048
-MAX_SEED = INT_MAX  # --seed is read as a 64-bit integer, as every integer flag
-PART_NAMES = {"--requests x --context": "KV", f"--requests x {BUFFER_FLAG}": "hot buffer",
-              f"--requests x {TOP_K_FLAG}": "per-step scratch"}
-
-
-@dataclass
-class Workload:
-    requests: int = 4
-    context: int = 4096
-    heads: int = 128
-    top_k: int = DEFAULT_TOP_K
-    buffer_size: int = 2 * DEFAULT_TOP_K
-    steps: int = 8
-    locality: float = 0.7
-    seed: int = 0
-    provider: str = "auto"
-    device: str = "cpu"
-    softmax_scale: float = D_QK ** -0.5
-
-    def check(self, max_bytes: int | None = None, budget: str = "max_bytes") -> None:
-        """Refuse a workload the kernels or the hot buffer would refuse, or one that needs more
-        than `max_bytes` (host and device together), before building anything."""
-        problems = []
-        if self.requests < 1:
-            problems.append(f"--requests {self.requests}: at least 1")
-        if self.heads not in HEAD_COUNTS:
-            problems.append(f"--heads {self.heads}: FlashMLA supports {' or '.join(map(str, HEAD_COUNTS))}")
-        if self.top_k < 1:
-            problems.append(f"{TOP_K_FLAG} {self.top_k}: at least 1")
-        if self.buffer_size % PAGE or self.buffer_size < self.top_k:
-            problems.append(f"{BUFFER_FLAG} {self.buffer_size}: a multiple of {PAGE} and at least "
-                            f"{TOP_K_FLAG} ({self.top_k})")
-        if self.context < self.top_k:
-            problems.append(f"--context {self.context}: at least {TOP_K_FLAG} ({self.top_k})")
-        if self.steps < 1:
-            problems.append(f"--steps {self.steps}: at least 1")
-        if not 0.0 <= self.locality <= 1.0:
-            problems.append(f"--locality {self.locality}: a share between 0 and 1")
-        if not 0 <= self.seed <= MAX_SEED:
-            problems.append(f"--seed {self.seed}: between 0 and 2**63 - 1")
-        if problems:
-            raise ValidationError("; ".join(problems), argument="workload")
-        if max_bytes is not None:
-            parts = self.bytes_needed()
-            need = sum(parts.values())
-            if need > max_bytes:
-                flags, _ = max(parts.items(), key=lambda kv: kv[1])
-                shown = ", ".join(f"{PART_NAMES[k]} {format_bytes(v)}" for k, v in parts.items() if v)
-                raise ValidationError(
-                    f"{flags}: this workload needs {format_bytes(need)} ({shown}); the limit is "
-                    f"{format_bytes(max_bytes)} ({budget}); make it smaller, or raise the limit with "
-                    f"--max-memory", argument="workload")
-
-    def bytes_needed(self) -> dict:
-        """Bytes the run allocates, by the flag that drives each part: the KV of every request
-        (the BF16 truth, the FP8 rows and their scratch) grows with --requests and --context
-        (+ --steps), the hot buffer with the buffer size, a step's picks and reference with the
-        top-k. An upper bound: FP8 rows are counted whatever the backend."""
-        length = self.context + self.steps
-        row = max(FP8_ROW_BYTES, BF16_ROW_BYTES)
-        kv = self.requests * length * (BF16_ROW_BYTES + FP8_ROW_BYTES)
-        kv_scratch = length * D_QK * 4 * 3  # one request's float32 randn, product, quantize scratch
-        picks = self.requests * length * (4 + 1 + 8) * 2  # random keys, mask, sort indices
-        hb = HotBuffer.bytes_needed(self.requests, length, self.buffer_size, PAGE, row, self.device)
-        reference = self.requests * self.top_k * D_QK * 8 * 3 + self.requests * self.heads * self.top_k * 8 * 3
-        return {"--requests x --context": kv + kv_scratch + picks, f"--requests x {BUFFER_FLAG}": hb,
-                f"--requests x {TOP_K_FLAG}": reference}
+from kernels_bridge.layout import PAGE_SIZE as PAGE
+from kernels_bridge.resources import memory_available, memory_budget, resolve_device
+from kernels_bridge.validate import D_V
+from kernels_bridge.workload_spec import BUILD_CHUNK, Workload
 
 
 @dataclass
@@ -108,73 +33,93 @@ class StepTimes:
     total: list = field(default_factory=list)
 
 
-def _kv(requests: int, length: int, gen: torch.Generator) -> torch.Tensor:
+def _kv(requests: int, length: int, gen: torch.Generator, built=None) -> torch.Tensor:
     """BF16 KV rows [requests, length, 576], per-channel scaled as real activations are. Built
-    request by request, so no float32 copy of the whole cache ever exists."""
+    request by request, BUILD_CHUNK tokens at a time, so no float32 copy of the whole cache ever
+    exists; `built(rows)` after each chunk."""
     channel = torch.exp(torch.randn(D_QK, generator=gen) * 0.5)
     kv = torch.empty(requests, length, D_QK, dtype=torch.bfloat16)
     for r in range(requests):
-        kv[r] = torch.randn(length, D_QK, generator=gen) * channel
+        for at in range(0, length, BUILD_CHUNK):
+            n = min(BUILD_CHUNK, length - at)
+            kv[r, at:at + n] = torch.randn(n, D_QK, generator=gen) * channel
+            if built is not None:
+                built(n)
     return kv
 
 
-def _pool(kv: torch.Tensor, fp8: bool) -> torch.Tensor:
+def _pool(kv: torch.Tensor, fp8: bool, built=None) -> torch.Tensor:
     """Host rows in the backend's layout: the BF16 rows themselves, or FP8 656-byte rows
-    (quantized request by request to keep the scratch small)."""
+    (quantized BUILD_CHUNK rows at a time to keep the scratch small; `built(rows)` after each)."""
     if not fp8:
         return kv
     pool = torch.empty(*kv.shape[:2], FP8_ROW_BYTES, dtype=torch.uint8)
     for r in range(kv.shape[0]):
-        pool[r] = quantize_kv_fp8(kv[r])
+        for at in range(0, kv.shape[1], BUILD_CHUNK):
+            n = min(BUILD_CHUNK, kv.shape[1] - at)
+            pool[r, at:at + n] = quantize_kv_fp8(kv[r, at:at + n])
+            if built is not None:
+                built(n)
     return pool
 
 
 def _next_picks(prev: torch.Tensor | None, seq_lens: torch.Tensor, top_k: int, locality: float,
                 gen: torch.Generator) -> torch.Tensor:
     """int64 [R, top_k] distinct positions < seq_len per request: `locality` of `prev` kept (the
-    ones still valid), the rest fresh, sampled without replacement by random keys."""
+    ones still valid), the rest fresh, sampled without replacement by random keys. A request
+    shorter than top_k gets every position, padded with -1, as SGLang's indexer gives it."""
     r = seq_lens.shape[0]
     span = int(seq_lens.max())
     keys = torch.rand(r, span, generator=gen)
-    keys[torch.arange(span).unsqueeze(0) >= seq_lens.unsqueeze(1)] = 2.0  # never pick past seq_len
+    if span < top_k:  # room for the padding
+        keys = torch.cat([keys, torch.full((r, top_k - span), 2.0)], dim=1)
+    keys[torch.arange(keys.shape[1]).unsqueeze(0) >= seq_lens.unsqueeze(1)] = 2.0  # never pick past seq_len
     keep = 0 if prev is None else int(round(locality * top_k))
     if keep:
         kept = prev[:, torch.randperm(top_k, generator=gen)[:keep]]
-        keys.scatter_(1, kept, -1.0)  # kept positions sort first
-    return keys.topk(top_k, dim=1, largest=False).indices
+        keys.scatter_(1, kept.clamp(min=0), -1.0)  # kept positions sort first (padding: position 0)
+    picked = keys.topk(top_k, dim=1, largest=False)
+    return picked.indices.masked_fill(picked.values >= 2.0, -1)
 
 
 def _dense_reference(q: torch.Tensor, kv: torch.Tensor, picks: torch.Tensor, scale: float) -> torch.Tensor:
-    """float64 attention of q [R, h, 576] over the BF16 rows kv[r, picks[r]] -> [R, h, 512]."""
-    rows = torch.gather(kv, 1, picks.unsqueeze(-1).expand(-1, -1, D_QK)).double()  # [R, k, 576]
+    """float64 attention of q [R, h, 576] over the BF16 rows kv[r, picks[r]] -> [R, h, 512];
+    -1 picks (padding) take no part."""
+    valid = picks >= 0
+    rows = torch.gather(kv, 1, picks.clamp(min=0).unsqueeze(-1).expand(-1, -1, D_QK)).double()  # [R, k, 576]
     logits = torch.einsum("rhd,rkd->rhk", q.double(), rows) * scale
+    logits = logits.masked_fill(~valid.unsqueeze(1), float("-inf"))
     return torch.einsum("rhk,rkd->rhd", torch.softmax(logits, dim=-1), rows[..., :D_V])
 
 
-def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> dict:
+def run(decision, w: Workload, progress=None, max_bytes: int | None = None, limit: str = "--max-memory",
+        build_progress=None) -> dict:
     """Run the workload with the decode backend `decision` chose; returns the report (a dict).
-    The workload is checked first, its memory included (against `max_bytes`, default
-    resources.memory_budget of its device), so nothing is allocated for a run that cannot fit."""
-    w.check()
-    device = resolve_device(w.device, "--device")
-    budget = "max_bytes"
-    if max_bytes is None:
-        max_bytes, budget = memory_budget(device)
-    w.check(max_bytes, budget)
+    The workload is checked first, its memory included (against `max_bytes`, whose origin
+    `limit` names; default resources.memory_budget of its device), so nothing is allocated for a
+    run that cannot fit. `build_progress(done, total)` as the KV rows are made, `progress(step,
+    steps)` as the steps run (once the run is past a second)."""
     backend = decision.backends.get("decode")
-    if backend not in BACKENDS:
-        raise ValidationError(f"backend: the policy chose {shown(backend)} for decode; the bridge runs "
-                              f"{', '.join(repr(b) for b in BACKENDS)}", argument="backend")
+    w.check([backend])
+    device = resolve_device(w.device, "--device")
+    if max_bytes is None:
+        max_bytes, limit = memory_budget(device)
+    w.check([backend], max_bytes, limit)
+    available, how = memory_available(device)
+    w.check([backend], available, f"{how}; no limit raises it", raisable=False)
     fp8 = backend == "flashmla_kv"
-    multiple = DECODE_TOPK_MULTIPLE if fp8 else PREFILL_TOPK_MULTIPLE
-    if w.top_k % multiple:
-        raise ValidationError(f"{TOP_K_FLAG} {w.top_k}: {backend} needs a multiple of {multiple}",
-                              argument="top_k")
     gen = torch.Generator().manual_seed(w.seed)
     max_len = w.context + w.steps
-    kv = _kv(w.requests, max_len, gen)                          # the BF16 truth
-    pool = _pool(kv, fp8)                                      # host rows in the backend's layout
-    hb = HotBuffer(pool, w.buffer_size, device=device, page_size=PAGE, max_bytes=max_bytes)
+    built = None
+    if build_progress is not None:
+        total, done = w.requests * max_len * (2 if fp8 else 1), [0]
+
+        def built(n):
+            done[0] += n
+            build_progress(done[0], total)
+    kv = _kv(w.requests, max_len, gen, built)                  # the BF16 truth
+    pool = _pool(kv, fp8, built)                               # host rows in the backend's layout
+    hb = HotBuffer(pool, w.buffer, device=device, page_size=PAGE, max_bytes=max_bytes)
     cache = hb.paged_view()                                    # FP8 [pages, 64, 1, 656] / BF16 [rows, 1, 576]
     req_ids = torch.arange(w.requests)
     times = StepTimes()
@@ -219,7 +164,7 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None) -> d
                      "source": decision.sources.get("decode")},
         "provider": provider,
         "workload": {"requests": w.requests, "context": w.context, "heads": w.heads, "top_k": w.top_k,
-                     "buffer_size": w.buffer_size, "steps": w.steps, "locality": w.locality, "seed": w.seed,
+                     "buffer_size": w.buffer, "steps": w.steps, "locality": w.locality, "seed": w.seed,
                      "device": str(device), "threads": torch.get_num_threads()},
         "latency_ms": {k: _summary(getattr(times, k)) for k in ("translate", "kernel", "total")},
         "hot_buffer": {"hit_rate": round(stats.hit_rate, 4), "hits": stats.hits, "misses": stats.misses,
@@ -248,9 +193,7 @@ def report_text(r: dict) -> str:
     lines = [
         f"policy {p['family']}@{p['version']}: decode backend {r['decision']['decode_backend']} "
         f"({r['decision']['kv_cache_dtype']} KV cache; {r['decision']['source']}), provider {r['provider']}",
-        f"workload: {w['requests']} requests x {w['context']} tokens, {w['heads']} heads, top-k {w['top_k']}, "
-        f"hot buffer {w['buffer_size']} slots, {w['steps']} steps, locality {w['locality']}, seed {w['seed']}, "
-        f"{w['device']}, {w['threads']} thread{'s' if w['threads'] != 1 else ''}",
+        _workload_line(w),
         "latency per step (ms)    median      p90",
         *(f"  {k:<22}{lat[k]['median']:>8.2f} {lat[k]['p90']:>8.2f}" for k in ("translate", "kernel", "total")),
         f"hot buffer: hit rate {hbuf['hit_rate']:.1%}, {hbuf['rows_copied_per_step']:.0f} rows "
@@ -261,5 +204,47 @@ def report_text(r: dict) -> str:
         f"accuracy vs dense BF16 over the same tokens: cosine min {acc['cosine_min']:.6f} "
         f"(mean {acc['cosine_mean']:.6f}), max abs error {acc['max_abs_error']:.3g} "
         f"({acc['max_abs_error_relative']:.2%} of the largest output)",
+    ]
+    return "\n".join(lines)
+
+
+def _workload_line(w: dict) -> str:
+    return (f"workload: {w['requests']} requests x {w['context']} tokens, {w['heads']} heads, top-k {w['top_k']}, "
+            f"hot buffer {w['buffer_size']} slots, {w['steps']} steps, locality {w['locality']}, seed {w['seed']}, "
+            f"{w['device']}, {w['threads']} thread{'s' if w['threads'] != 1 else ''}")
+
+
+def compare_text(reports: dict) -> str:
+    """`hisparse attend --compare`: the reports of one workload run on each KV cache dtype (the
+    keys), side by side."""
+    runs = list(reports.values())
+    p = runs[0]["policy"]
+
+    def row(label, cell):
+        return f"  {label:<32}" + "".join(f"{cell(r):<18}" for r in runs).rstrip()
+
+    def ms(part, stat):
+        return lambda r: f"{r['latency_ms'][part][stat]:.2f}"
+
+    lines = [
+        f"policy {p['family']}@{p['version']}: one workload on {len(runs)} KV caches, side by side",
+        _workload_line(runs[0]["workload"]),
+        row("", lambda r: r["decision"]["kv_cache_dtype"]),
+        row("decode backend", lambda r: r["decision"]["decode_backend"]),
+        row("provider", lambda r: r["provider"]),
+        row("latency per step, median (ms)", ms("total", "median")),
+        row("  p90", ms("total", "p90")),
+        row("  translate, median", ms("translate", "median")),
+        row("  kernel, median", ms("kernel", "median")),
+        row("KV bytes per token", lambda r: str(r["memory"]["kv_bytes_per_token"])),
+        row("hot buffer (MB)", lambda r: f"{r['hot_buffer']['buffer_bytes'] / 1e6:.2f}"),
+        row("host pool (MB)", lambda r: f"{r['memory']['host_pool_bytes'] / 1e6:.1f}"),
+        row("hot buffer hit rate", lambda r: f"{r['hot_buffer']['hit_rate']:.1%}"),
+        row("copied per step (MB)", lambda r: f"{r['hot_buffer']['bytes_copied_per_step'] / 1e6:.2f}"),
+        row("cosine min vs float64", lambda r: f"{r['accuracy']['cosine_min']:.6f}"),
+        row("  mean", lambda r: f"{r['accuracy']['cosine_mean']:.6f}"),
+        row("max abs error", lambda r: f"{r['accuracy']['max_abs_error']:.3g}"),
+        row("  of the largest output", lambda r: f"{r['accuracy']['max_abs_error_relative']:.2%}"),
+        "accuracy: against dense attention in float64 over the same picked tokens of the BF16 KV",
     ]
     return "\n".join(lines)

@@ -157,7 +157,7 @@ def test_config_from_a_pipe():
     (["--config", "{missing}"], "C504", "cannot read file: No such file or directory"),
     (["--config", "{folder}"], "C504", "cannot read file: is a directory"),
     (["--batch", "{missing}"], "C504", "cannot read batch file: No such file or directory"),
-    (["--batch", "{folder}"], "C504", "cannot read batch file: Is a directory"),
+    (["--batch", "{folder}"], "C504", "cannot read batch file: is a directory"),
     (["--policy", "{missing}"], "E101", "cannot read file: No such file or directory"),
     (["--policy", "dsa-backends@9"], "R601", "no version 9 of 'dsa-backends'"),
     (["--policy", "nsa-backend"], "R601", "no policy family 'nsa-backend' in policies (did you mean "

@@ -269,3 +269,63 @@ def test_threads_building_the_full_model_of_a_cached_policy_at_once(folder):
     for t in threads:
         t.join()
     assert not errors and len(set(seen)) == 1 and len(seen) == 8
+
+
+# -- the key holds everything the verdict depends on; a planted entry never hangs a run --------
+def _placed(tmp_path, folder_name):
+    """The same bytes (a policy of family 'mini') as <folder_name>/v1.yaml."""
+    return write_policy(tmp_path / "places", minimal_text(), f"{folder_name}/v1.yaml")
+
+
+def _check_from(cwd, env_cache):
+    env = dict(os.environ, HISPARSE_CACHE_DIR=str(env_cache), PYTHONPATH=ROOT)
+    env.pop("HISPARSE_NO_CACHE", None)
+    return subprocess.run([sys.executable, "-m", "engine.cli", "check", "--no-deep", "v1.yaml"], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_folder_check_is_never_answered_from_another_directorys_entry(folder, tmp_path, monkeypatch):
+    """v1.yaml of family 'mini' is refused in a folder named 'foo' (E312) and accepted in 'mini';
+    loading it by the same name from either directory, in any order, gives each its own verdict,
+    in one process (the memory cache) and across processes (the disk cache)."""
+    good, bad = os.path.dirname(_placed(tmp_path, "mini")), os.path.dirname(_placed(tmp_path, "foo"))
+    for order in ((good, bad, good, bad), (bad, good, bad)):
+        for cwd in order:
+            monkeypatch.chdir(cwd)
+            if cwd == good:
+                assert engine.load_policy("v1.yaml").family == "mini"
+            else:
+                with pytest.raises(engine.PolicyError) as info:
+                    engine.load_policy("v1.yaml")
+                assert info.value.problems[0].code == "E312"
+    for cwd in (good, bad, good, bad):
+        proc = _check_from(cwd, folder)
+        assert proc.returncode == (0 if cwd == good else 2), proc.stdout + proc.stderr
+        assert ("E312" in proc.stdout) == (cwd == bad)
+    # a relative path through the folder counts as the folder: the same verdict as from inside it
+    monkeypatch.chdir(os.path.dirname(bad))
+    with pytest.raises(engine.PolicyError):
+        engine.load_policy("foo/v1.yaml")
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_fifo_planted_at_the_entry_path_never_hangs_a_run(folder, tmp_path, shared):
+    """The entry's path is predictable (a hash of the bytes and the name): a FIFO there (ours,
+    mode 0600, so every owner check holds) is refused from its open descriptor, never waited on;
+    the policy is compiled from the file, and a shared cache folder gets the same."""
+    path = _placed(tmp_path, "mini")
+    data = open(path, "rb").read()
+    cache_dir = tmp_path / "shared" if shared else folder
+    if shared:
+        cache_dir.mkdir(mode=0o755)
+    env = dict(os.environ, HISPARSE_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
+    probe = subprocess.run([sys.executable, "-c", "import sys; from engine.policy import cache; "
+                            "print(cache.entry_path(sys.argv[1], sys.argv[2]))", sha256(data).hexdigest(), path],
+                           env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    entry = probe.stdout.strip()
+    os.makedirs(os.path.dirname(entry), exist_ok=True)
+    os.mkfifo(entry, 0o600)
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "evaluate", "--policy", path, "--format", "json"],
+                          env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and '"family": "mini"' in proc.stdout, proc.stderr
+    assert os.path.isfile(entry)  # written again as a regular file, renamed over the FIFO

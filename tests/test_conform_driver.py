@@ -377,18 +377,20 @@ def test_a_driver_that_raises_names_the_case():
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_case_that_hangs_stops_the_run_naming_it(workers):
+def test_a_case_that_hangs_stops_the_run_naming_it(workers, tmp_path):
     """SGLang stuck on one launch (a deadlock, a wait on a device) stops the run with the case
-    named, in about the timeout, and leaves no worker behind."""
+    named, by the timeout (the stuck launch never gets to its end), and leaves no worker behind."""
+    ended = tmp_path / "the stuck launch ended"
+
     def stuck(c):
         if c.argv == ("--n=30",):
             time.sleep(30)  # "forever" to a 0.5 s timeout; bounded so that a regression fails, not hangs
+            ended.touch()  # reached only when the timeout did not stop it
         return echo(c)
-    start = time.monotonic()
     with pytest.raises(runner.CaseTimedOut, match=r"more than 0.5 s on case 30 and was stopped .*--n=30") as exc:
         runner.run_cases(stand_in(stuck), CASES, workers=workers, case_timeout=0.5)
     assert exc.value.index == 30
-    assert time.monotonic() - start < 20
+    assert not ended.exists()
     if workers:
         import multiprocessing
 
@@ -454,8 +456,8 @@ def test_ctrl_c_stops_the_workers(tmp_path):
 
 # -- finding the driver ---------------------------------------------------------------------------
 def test_unknown_version_names_the_known_ones():
-    with pytest.raises(drivers.UnknownVersion, match=r"no conform driver for SGLang 0\.4\.9; "
-                                                     r"drivers exist for 0\.5\.11, 0\.5\.12, 0\.5\.23"):
+    with pytest.raises(drivers.UnknownVersion, match=r"no conform driver for SGLang 0\.4\.9; drivers exist for "
+                                                     r"0\.5\.11, 0\.5\.12, 0\.5\.12\.post1, 0\.5\.13, .*0\.5\.23"):
         drivers.driver_for("0.4.9")
     with pytest.raises(drivers.UnknownVersion):
         runner.run_cases("0.4.9", CASES)
@@ -467,8 +469,9 @@ def test_sglang_not_installed(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", missing)
     version, reason = drivers.installed_sglang()
     assert version is None
-    assert reason.startswith("SGLang is not installed in this Python: install it with `make install`")
-    assert "pip install -e '.[conform]'" in reason and "--no-deps sglang==0.5.23" in reason
+    assert reason.startswith("SGLang is not installed in this Python: install it with `pip install "
+                             "torch==2.13.0 'hisparse-router[conform]'`")
+    assert "`pip install --no-deps sglang==0.5.23`" in reason and "make " not in reason  # a wheel user can run it
     with pytest.raises(RuntimeError, match="SGLang is not installed"):
         runner.run_cases(None, CASES)
 
@@ -483,8 +486,8 @@ def test_sglang_that_cannot_be_imported(monkeypatch):
     version, reason = drivers.installed_sglang()
     assert version is None
     assert reason.startswith("SGLang 9.9 is installed but cannot be imported (ModuleNotFoundError: "
-                             "No module named 'msgspec'); install it with `make install`")
-    assert "pip install -e '.[conform]'" in reason
+                             "No module named 'msgspec'); install it with `pip install ")
+    assert "'hisparse-router[conform]'" in reason
 
 
 def test_platform_facts_are_consistent():

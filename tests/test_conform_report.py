@@ -154,4 +154,4 @@ def test_conform_exits_2_naming_what_to_install_without_sglang():
             "from engine.cli.commands import main; sys.exit(main(['conform', '--sample', '20']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
-    assert "SGLang is not installed" in proc.stderr and "make install" in proc.stderr
+    assert "SGLang is not installed" in proc.stderr and "pip install --no-deps sglang==0.5.23" in proc.stderr

@@ -78,9 +78,10 @@ BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; {numpy}"
 
 
 @pytest.mark.parametrize("numpy_missing", [False, True])
-def test_doctor_without_torch_reports_and_exits_1(numpy_missing):
-    """Without torch doctor still reports (exit 1: the bridge cannot run here), and its hint
-    names everything needed: numpy too, whose absence makes torch warn at import."""
+def test_doctor_without_torch_reports_and_exits_2(numpy_missing):
+    """Without torch (a plain `pip install hisparse-router`) doctor still reports, exit 2 (the
+    install lacks what the bridge needs), and its hint names everything needed as pip commands a
+    wheel user can run: numpy too, whose absence makes torch warn at import; attend says the same."""
     import subprocess
 
     from tests.helpers import ROOT
@@ -88,14 +89,15 @@ def test_doctor_without_torch_reports_and_exits_1(numpy_missing):
     code = BLOCK_TORCH.format(numpy="sys.modules['numpy'] = None; " if numpy_missing else "",
                               argv=["doctor"])
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert "torch      does not import" in proc.stdout
     assert "pip install torch==2.13.0 numpy" in proc.stdout
+    assert "pip install 'hisparse-router[bridge]'" in proc.stdout and "-e '." not in proc.stdout
     assert ("numpy      does not import" in proc.stdout) is numpy_missing
     proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH.format(numpy="", argv=["doctor", "--format", "json"])],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     report = json.loads(proc.stdout)
-    assert proc.returncode == 1 and report["bridge"]["usable"] is False
+    assert proc.returncode == 2 and report["bridge"]["usable"] is False
     proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH.format(numpy="", argv=["attend"])],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "pip install torch==2.13.0 numpy" in proc.stderr

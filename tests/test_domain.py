@@ -369,7 +369,7 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
 
     from tests.helpers import FIXTURES
 
-    if source.startswith("nsa"):
+    if source.startswith("dsa-backends"):
         policy = engine.load_policy(source)
     elif source.startswith("syn"):
         policy = synthetic["abc".index(source[-1])]

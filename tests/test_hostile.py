@@ -9,6 +9,7 @@ made here at run time. Set HISPARSE_FIGURES=1 to print the measured time and mem
 import errno
 import os
 import random
+import resource
 import stat
 import subprocess
 import sys
@@ -24,7 +25,10 @@ from tests.helpers import FIXTURES, ROOT, minimal_text
 
 HOSTILE = os.path.join(FIXTURES, "hostile")
 PAYLOAD = "hisparse-payload-ran"  # what the payload fixtures would create in the working folder
-BOUND_S = 5.0  # generous: the real figures are a few tens of milliseconds (HISPARSE_FIGURES=1)
+# CPU seconds, never wall-clock (a loaded machine stretches wall time, not the work done): generous,
+# the real figures are a few tens of milliseconds of work (HISPARSE_FIGURES=1)
+BOUND_CPU_S = 10.0
+CHILD_CPU_S = 30.0  # a child process: interpreter start-up and imports besides
 CHILD_EXTRA_MB = 48  # a child's peak RSS above a clean run's
 IN_PROCESS_MB = 32  # tracemalloc peak of load_policy
 
@@ -121,7 +125,7 @@ SPECIAL = {  # not regular files, or not readable; check reads a folder as a fol
 @pytest.fixture(scope="module")
 def clean_rss_kb():
     """Peak RSS of a child checking a good policy: the baseline memory figures are compared to."""
-    return _run_child(["check", "--no-deep", os.path.join(ROOT, "policies", "dsa-backends", "v3.yaml")],
+    return _run_child(["check", "--no-deep", os.path.join(ROOT, "policies", "dsa-backends", "v8.yaml")],
                       ROOT, {})[3]
 
 
@@ -147,21 +151,27 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _run_child(argv, cwd, env):
-    """(exit code, stdout, stderr, peak RSS in KiB, seconds) of `hisparse ARGV` in a fresh process."""
+    """(exit code, stdout, stderr, peak RSS in KiB, CPU seconds) of `hisparse ARGV` in a fresh process."""
     peak_file = os.path.join(cwd, ".child-peak")
     full_env = dict(os.environ, PYTHONPATH=ROOT, HISPARSE_PEAK_FILE=peak_file, **env)
-    start = time.perf_counter()
+    start = _children_cpu()
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], cwd=cwd, env=full_env,
                               capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"hisparse {' '.join(argv)} did not finish in 60 s")
-    elapsed = time.perf_counter() - start
+    elapsed = _children_cpu() - start
     with open(peak_file, encoding="ascii") as fh:
         rss_kb = int(fh.read())
     os.remove(peak_file)
     decode = lambda b: b.decode("utf-8", errors="replace")  # noqa: E731
     return proc.returncode, decode(proc.stdout), decode(proc.stderr), rss_kb, elapsed
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of the waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _expect_line(path, code, pos) -> str:
@@ -171,7 +181,7 @@ def _expect_line(path, code, pos) -> str:
 @pytest.fixture
 def good_cache():
     """The good policies loaded, and a snapshot of the cache a hostile load must not touch."""
-    for version in (1, 2, 3):
+    for version in engine.list_families()["dsa-backends"]:
         engine.load_policy(f"dsa-backends@{version}")
     before = dict(loader._cache)
     yield before
@@ -191,14 +201,14 @@ def _check_all_doors(path, code, pos, cwd, env, clean_rss_kb, figures, case, fra
         problems = [line for line in text.splitlines() if f": {code}: " in line or ": E" in line]
         assert problems == [problems[0]] and problems[0].startswith(expected), (argv, text)
         assert (check_fragment if argv[0] == "check" else fragment) in problems[0], problems[0]
-        assert elapsed < BOUND_S, f"{argv[0]} took {elapsed:.2f} s"
+        assert elapsed < CHILD_CPU_S, f"{argv[0]} took {elapsed:.2f} s of CPU"
         assert rss_kb < clean_rss_kb + CHILD_EXTRA_MB * 1024, f"{argv[0]} peaked at {rss_kb} KiB"
         figures.append((case, f"hisparse {argv[0]}", elapsed, rss_kb / 1024, "child peak RSS"))
     # in process: time without tracing, then the peak of Python allocations
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(engine.PolicyError) as info:
         engine.load_policy(path)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     tracemalloc.start()
     try:
         with pytest.raises(engine.PolicyError):
@@ -209,7 +219,7 @@ def _check_all_doors(path, code, pos, cwd, env, clean_rss_kb, figures, case, fra
     (problem,) = info.value.problems
     assert problem.code == code and str(problem).startswith(expected), str(problem)
     assert fragment in str(problem)
-    assert elapsed < BOUND_S and peak < IN_PROCESS_MB * 2 ** 20, (elapsed, peak)
+    assert elapsed < BOUND_CPU_S and peak < IN_PROCESS_MB * 2 ** 20, (elapsed, peak)
     figures.append((case, "load_policy", elapsed, peak / 2 ** 20, "tracemalloc peak"))
     assert not os.path.exists(os.path.join(cwd, PAYLOAD)), "a payload ran"
 
@@ -267,7 +277,7 @@ def test_permission_denied_is_reported(tmp_path, monkeypatch, capsys):
     from engine.cli.commands import main
 
     assert main(["check", str(path)]) == 2
-    assert capsys.readouterr().out.strip() == f"{path}: E101: cannot read file: Permission denied"
+    assert capsys.readouterr().out.splitlines()[0] == f"{path}: E101: cannot read file: Permission denied"
 
 
 def test_payloads_are_live_under_an_unsafe_loader(tmp_path, monkeypatch):
@@ -309,8 +319,8 @@ def test_folder_named_like_a_policy_without_files(tmp_path, capsys):
     folder = tmp_path / "empty-family"
     folder.mkdir()
     assert main(["check", str(folder)]) == 2
-    assert capsys.readouterr().out.strip() == (f"{folder}: E101: a folder without policy files "
-                                               "(<family>/v<N>.yaml)")
+    assert capsys.readouterr().out.splitlines()[0] == (f"{folder}: E101: a folder without policy files "
+                                                       "(<family>/v<N>.yaml)")
 
 
 def test_special_files_among_a_folders_policies_do_not_block_check(tmp_path, capsys):
@@ -320,12 +330,10 @@ def test_special_files_among_a_folders_policies_do_not_block_check(tmp_path, cap
     family.mkdir()
     (family / "v1.yaml").write_text(minimal_text())
     os.mkfifo(family / "v2.yaml")
-    start = time.perf_counter()
-    assert main(["check", "--no-deep", str(tmp_path)]) == 2
-    assert time.perf_counter() - start < BOUND_S
+    assert main(["check", "--no-deep", str(tmp_path)]) == 2  # the FIFO is never opened to wait
     out = capsys.readouterr().out
-    assert out.strip() == f"{family / 'v2.yaml'}: E101: cannot read file: not a regular file (a FIFO) " \
-                          "(policy files are regular files)"
+    assert out.splitlines()[0] == f"{family / 'v2.yaml'}: E101: cannot read file: not a regular file (a FIFO) " \
+                                  "(policy files are regular files)"
 
 
 @pytest.mark.parametrize("variant", ["bom", "crlf", "bom-crlf"])
@@ -359,9 +367,9 @@ def test_unknown_key_a_megabyte_long_is_clipped(tmp_path):
 def test_a_valid_policy_with_a_megabyte_line_loads(tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(minimal_text().replace("description: A small", "description: " + "x" * 900_000, 1))
-    start = time.perf_counter()
+    start = time.process_time()
     policy = engine.load_policy(str(path))
-    assert time.perf_counter() - start < BOUND_S
+    assert time.process_time() - start < BOUND_CPU_S
     assert len(policy.description) > 900_000
 
 

@@ -11,6 +11,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,6 +31,8 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("sweep")
     fifo = d / "fifo"
     os.mkfifo(fifo)
+    for name in ("fifo-batch", "fifo-replay", "fifo-config"):  # each read by one case, with its writer
+        os.mkfifo(d / name)
     record = d / "records.jsonl"
     good = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", "evaluate", "--enable-hisparse",
                            "--disable-radix-cache", "--record", str(record)], cwd=ROOT, capture_output=True)
@@ -88,7 +91,8 @@ def cases(f):
         # devices and FIFOs where a file is read or written
         ("batch /dev/zero", ["evaluate", "--batch", "/dev/zero"], None),
         ("batch stdin /dev/zero", ["evaluate", "--batch", "-"], "stdin-zero"),
-        ("batch fifo", ["evaluate", "--batch", f["fifo"]], None),
+        ("batch fifo", ["evaluate", "--batch", f["dir"] + "/fifo-batch"], "fifo-writer"),
+        ("config fifo", ["evaluate", "--config", f["dir"] + "/fifo-config"], "fifo-writer"),
         ("batch stdin closed", ["evaluate", "--batch", "-"], "stdin-closed"),
         ("record fifo", ["evaluate", "--record", f["fifo"]], None),
         ("record /dev/full", ["evaluate", "--record", "/dev/full"], None),
@@ -97,7 +101,7 @@ def cases(f):
         ("check fifo", ["check", f["fifo"], "/dev/zero", f["dir"]], None),
         ("test /dev/zero", ["test", "/dev/zero"], None),
         ("replay /dev/zero", ["replay", "/dev/zero"], None),
-        ("replay fifo", ["replay", f["fifo"]], None),
+        ("replay fifo", ["replay", f["dir"] + "/fifo-replay"], "fifo-writer"),
         ("replay stdin zero", ["replay", "/dev/stdin"], "stdin-zero"),
         ("replay tampered", ["replay", f["tampered"]], None),
         # closed and full standard streams
@@ -130,6 +134,11 @@ def cases(f):
     ]
 
 
+def _write_fifo(path):
+    with open(path, "wb") as fh:
+        fh.write(b'{"kv_cache_dtype": "\\u001b[2J"}\n\x00\xff\n' + b"x" * 100_000 + b"\n")
+
+
 def _child(how):
     def setup():
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
@@ -148,6 +157,10 @@ def _run(f, case):
         env["HISPARSE_MAX_FILE_BYTES"] = BIG
     stdin = open("/dev/zero", "rb") if how == "stdin-zero" else subprocess.DEVNULL
     stdout = open("/dev/full", "w") if how == "stdout-full" else subprocess.PIPE
+    if how == "fifo-writer":  # a FIFO is waited for: its writer comes, writes hostile lines, leaves
+        fifo = argv[-1]
+        writer = threading.Thread(target=_write_fifo, args=(fifo,), daemon=True)
+        writer.start()
     start = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", *argv], cwd=f["dir"], env=env,
@@ -156,6 +169,12 @@ def _run(f, case):
     except subprocess.TimeoutExpired:
         return name, None, "", f"timed out after {CASE_TIMEOUT} s"
     finally:
+        if how == "fifo-writer":  # a command that never opened it: release the writer
+            try:
+                os.close(os.open(argv[-1], os.O_RDONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            writer.join(5)
         for s in (stdin, stdout):
             if hasattr(s, "close"):
                 s.close()

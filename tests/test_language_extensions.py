@@ -309,12 +309,12 @@ def test_conform_counts_a_left_out_place_as_out_of_scope():
 def test_table_names_what_the_policy_models(tmp_path, capsys):
     path = write_policy(tmp_path, UPSTREAM)
     code, out, _ = run_cli(capsys, "table", "--policy", path)
-    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3"
+    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3, 1.2.3.post1"
     code, out, _ = run_cli(capsys, "table", "--policy", path, "--format", "markdown")
-    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3:"
+    assert code == 0 and out.splitlines()[0] == "Routing table of up@1, which models sglang 1.2.3, 1.2.3.post1:"
     code, out, _ = run_cli(capsys, "table", "--policy", path, "--format", "json")
     assert code == 0 and json.loads(out)["upstream"] == {
-        "project": "sglang", "version": "1.2.3", "note": "Two lines of note.",
+        "project": "sglang", "releases": ["1.2.3", "1.2.3.post1"], "note": "Two lines of note.",
         "leaves_out": [{"where": "srt/arg_groups/kv_cache_hook.py:handle_mxfp8", "why": "a generic gate"},
                        {"where": "srt/other.py", "why": "all of it"}, {"where": "groups/x.py:f", "why": "x"}]}
     other = write_policy(tmp_path, NO_UPSTREAM, "other.yaml")
@@ -328,7 +328,7 @@ def test_explain_names_what_the_policy_models_first(tmp_path, capsys):
     policy = load_text(tmp_path, UPSTREAM)
     code, out, _ = run_cli(capsys, "explain", "--policy", policy.file)
     assert code == 0
-    assert out.splitlines()[0] == f"Policy up@1 ({policy.file}, sha256:{policy.sha256[:12]}), models sglang 1.2.3"
+    assert out.splitlines()[0] == f"Policy up@1 ({policy.file}, sha256:{policy.sha256[:12]}), models sglang 1.2.3, 1.2.3.post1"
     other = load_text(tmp_path, NO_UPSTREAM, "other.yaml")
     code, out, _ = run_cli(capsys, "explain", "--policy", other.file)
     assert out.splitlines()[0] == f"Policy up@1 ({other.file}, sha256:{other.sha256[:12]})"
@@ -347,15 +347,20 @@ def test_upstream_needs_releases_commit_or_pr(tmp_path):
     ("    - where: srt/other.py\n", "    - where: srt/other.py:f:g\n", "leaves_out.1.where"),
     ("    - where: srt/other.py\n", "    - where: srt/other file.py\n", "leaves_out.1.where"),
     ("    - where: srt/other.py\n", "    - where: srt/other.py:1f\n", "leaves_out.1.where"),
-    ("  version: 1.2.3\n", "  version: latest\n", "upstream.version"),
-    ("  version: 1.2.3\n", "  commit: 1F2E3D4\n", "upstream.commit"),
-    ("  version: 1.2.3\n", "  pr: 0\n", "upstream.pr"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [latest]\n", "upstream.releases.0"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [0.5.15+]\n", "upstream.releases.0"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: [1.2.3, 1.2.3]\n", "upstream.releases"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  releases: []\n", "upstream.releases"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  commit: 1F2E3D4\n", "upstream.commit"),
+    ("  releases: [1.2.3, 1.2.3.post1]\n", "  pr: 0\n", "upstream.pr"),
     ("      why: all of it\n", "      why: ''\n", "leaves_out.1.why"),
 ])
 def test_bad_upstream_fields_are_schema_errors_at_their_place(tmp_path, line, bad, what):
     text = UPSTREAM.replace(line, bad)
     (p,) = problems_of(tmp_path, text)
     value = bad.split(":", 1)[1].strip()
+    if what.endswith(".0"):  # an item of a list: the item itself is pointed at
+        value = value.strip("[]").split(",")[0]
     assert p.code == "E201" and what in p.message
     assert (p.line, p.col) == at(text, bad.rstrip("\n"), value)
 
@@ -372,7 +377,7 @@ REMOVED = """
 policy: gone
 version: 1
 description: Spellings the upstream parser no longer accepts.
-upstream: {project: sglang, version: 1.2.3, note: n}
+upstream: {project: sglang, releases: [1.2.3], note: n}
 inputs:
   size: {type: int, values: [1, 2], default: 1, flags: [--size], removed_flags: {--old-size: use --size}}
 backends: {a: A, b: B}
@@ -420,7 +425,7 @@ def test_a_removed_spelling_is_c501_naming_its_replacement(gone, config, flag, n
 
 
 def test_without_upstream_the_message_names_the_policy(tmp_path):
-    text = REMOVED.replace("upstream: {project: sglang, version: 1.2.3, note: n}\n", "")
+    text = REMOVED.replace("upstream: {project: sglang, releases: [1.2.3], note: n}\n", "")
     with pytest.raises(engine.ConfigError, match=r"--old-size was removed \(gone@1 no longer accepts it\)"):
         load_text(tmp_path, text).evaluate({"old-size": 1})
 

@@ -32,7 +32,8 @@ from tests.helpers import ROOT
 from tools import doc_blocks as generator
 from tools.doc_blocks import stale_blocks
 
-PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^conform: \d+/\d+ launches ")  # stderr, timing-dependent
+PROGRESS = re.compile(r"^(step|diff: configs|table: configs) \d+/\d+$|^(conform|building KV): \d+/\d+ (launches|rows) "
+                      r"|^conform: importing SGLang\.\.\. \d+")  # stderr, timing-dependent
 PAGES = generator.pages(ROOT)
 
 
@@ -105,6 +106,36 @@ def test_quickstart_targets_exist():
         assert f"make {target}" in readme
         assert f"\n{target}:" in makefile
     assert "make test" in read(".ci/run")
+
+
+def test_the_quickstart_comes_before_the_versions_table():
+    readme = read("README.md")
+    assert readme.index("## Quickstart") < readme.index("## Versions") < readme.index("## Edit a policy")
+    assert "<!-- BEGIN install -->" in readme[readme.index("## Quickstart"):readme.index("## Versions")]
+
+
+def make_dry_run(target: str, venv) -> str:
+    proc = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_run_installs_only_the_main_jobs_needs_and_make_test_the_rest(tmp_path):
+    venv = tmp_path / "venv"
+    run = make_dry_run("run", venv)
+    assert "torch==2.13.0" in run and "'.[bridge]'" in run and "examples/run.sh" in run
+    assert "sglang==" not in run and "'.[dev]'" not in run and "-m pytest" not in run
+    test = make_dry_run("test", venv)  # a fresh clone: everything, torch first
+    assert test.index("torch==2.13.0") < test.index("sglang==0.5.23") < test.index("'.[dev]'") < test.index("-m pytest")
+    venv.mkdir()
+    (venv / ".installed-run").touch()  # `make run` was run: `make test` installs only the difference
+    after_run = make_dry_run("test", venv)
+    assert "torch==2.13.0" not in after_run and "sglang==0.5.23" in after_run and "'.[dev]'" in after_run
+    assert "sglang==0.5.23" in make_dry_run("conform-env", venv)
+    assert "tools/sglang-env.sh 0.5.11" in subprocess.run(["make", "-n", "conform-env", "SGLANG=sglang==0.5.11"],
+                                                          cwd=ROOT, capture_output=True, text=True).stdout
 
 
 def make_run_block() -> Block:
@@ -455,7 +486,7 @@ def test_language_snippets_of_v4_are_excerpts_of_it():
     import yaml
 
     section = read("docs/policy-language.md")
-    v4 = shipped_yaml()[os.path.join("policies", "dsa-backends", "v4.yaml")]
+    v4 = shipped_yaml()[os.path.join("policies", "dsa-backends", "v10.yaml")]
     snippets = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
     shown = [s for s in snippets if any(word in json.dumps(s) for word in ("upstream", "removed_flags", '"at"'))]
     assert len(shown) == 3

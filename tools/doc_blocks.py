@@ -86,12 +86,33 @@ def versions_table() -> str:
     return "\n".join(rows)
 
 
+def install_sizes() -> str:
+    """What `make run` and `make test` install from a fresh clone, as measured (bench/results/install.json)."""
+    path = os.path.join(ROOT, "bench", "results", "install.json")
+    with open(path, encoding="utf-8") as fh:
+        r = json.load(fh)
+    run, test = r["make_run"], r["make_test_adds"]
+
+    def mb(mib):
+        return f"{mib / 1024:.2f} GB" if mib >= 1024 else f"{mib} MB"
+
+    def largest(d):
+        return ", ".join(f"{name} {mb(size)}" for name, size in d.items())
+
+    return (f"From a fresh clone `make run` installed {mb(run['venv_mib'])} into `.venv` ({largest(run['largest'])}, "
+            f"the CPU build) "
+            f"in {run['cpu_seconds']:.0f} s of CPU ({run['wall_seconds'] // 60} min {run['wall_seconds'] % 60} s "
+            f"of wall time); `make test` then added {mb(test['venv_mib'] - run['venv_mib'])} "
+            f"({largest(test['largest'])}) in {test['cpu_seconds']:.0f} s of CPU. {r['machine']}; how: "
+            f"bench/results/install.json.")
+
+
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
     from engine.sglang.models import models_table
 
     out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table,
-           "versions": versions_table}
+           "versions": versions_table, "install": install_sizes}
     try:
         from tools.routing_tables import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap

@@ -21,7 +21,7 @@ from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error)
 from engine.errors import ConfigError, Problem
-from engine.values import shown
+from engine.values import show, shown
 
 
 class Axis:
@@ -74,6 +74,10 @@ def restrict(a, b, axes: list[Axis], where: list[str]) -> dict:
             axis = next((ax for ax in axes if getattr(ax, side) == key), None) if key else None
             if axis is not None:
                 value = parse_where(policy, [f"{key}={item.partition('=')[2]}"])[key]
+                if axis.name in fixed and fixed[axis.name] != value:  # never a silent last-wins
+                    raise ConfigError([Problem("C501", f"--where {axis.name} is given twice ({show(fixed[axis.name])}, "
+                                                       f"{show(value)}): one value per input",
+                                               hint="leave the input out to cover all its values")])
                 axis.values = [value]
                 fixed[axis.name] = value
                 break
@@ -92,7 +96,7 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
     fixed = restrict(a, b, axes, where)
     sizes = [len(ax.values) for ax in axes]
     total = domain.size(sizes)
-    check_size(total, f"the union domain of {a.ref} and {b.ref}")
+    check_size(total, f"the union domain of {a.ref} and {b.ref}", len(a.rule_meta) + len(b.rule_meta))
     with domain.no_gc():
         ids_a, outcomes_a, kept_a = _side(a, axes, "a_name", set(b.written))
         ids_b, outcomes_b, kept_b = _side(b, axes, "b_name", set(a.written))

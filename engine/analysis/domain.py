@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from engine.errors import ConfigError, Problem
-from engine.values import parse_int, shown
+from engine.values import parse_int, show, shown
 
 CHUNK = 1024  # configs per call of the probe: results are handled while they are in the cache
 # the most configs a whole-domain operation enumerates (diff, table; lint skips its whole-domain
@@ -25,10 +25,37 @@ MAX_CONFIGS = 2_000_000
 PROGRESS_EVERY = 16384  # configs between two progress calls of a whole-domain operation
 
 
-def check_size(size: int, what: str) -> None:
+# the most rule evaluations (configs x rules) one whole-domain operation does: a legal policy with
+# thousands of rules must not make `check` run for minutes; HISPARSE_MAX_WORK raises it
+MAX_WORK = 200_000_000
+
+
+def max_work() -> int:
+    """HISPARSE_MAX_WORK when it is a positive decimal number, else MAX_WORK."""
+    import os
+
+    raw = (os.environ.get("HISPARSE_MAX_WORK") or "").strip()
+    value = parse_int(raw) if raw.isdigit() else None
+    return value if value else MAX_WORK
+
+
+def too_much_work(size: int, rules: int) -> int | None:
+    """The rule evaluations of `size` configs over `rules` rules when past max_work(), else None."""
+    work = size * max(rules, 1)
+    return work if work > max_work() else None
+
+
+def check_size(size: int, what: str, rules: int = 0) -> None:
+    """Refuse, before any work, a whole-domain operation over more than MAX_CONFIGS configs, or
+    over more rule evaluations (configs x rules) than max_work()."""
     if size > MAX_CONFIGS:
         raise ConfigError([Problem("C506", f"{what} has {size:,} configs, more than the {MAX_CONFIGS:,} a "
                                    "whole-domain operation enumerates", hint="restrict it with --where NAME=VALUE")])
+    work = too_much_work(size, rules)
+    if work is not None:
+        raise ConfigError([Problem("C506", f"{what}: {size:,} configs x {rules:,} rules = {work:,} rule "
+                                   f"evaluations, more than the {max_work():,} a whole-domain operation does",
+                                   hint="restrict it with --where NAME=VALUE, or raise HISPARSE_MAX_WORK")])
 
 
 def parse_where(policy, items: list[str]) -> dict:
@@ -37,6 +64,12 @@ def parse_where(policy, items: list[str]) -> dict:
     for item in items or []:
         name, sep, text = item.partition("=")
         key = policy.canonical_key(name.strip())
+        if not sep and key is not None:  # a declared input without its value: no did-you-mean
+            values = list(policy.inputs[key].values)
+            raise ConfigError([Problem("C501", f"--where {shown(item)}: expected NAME=VALUE, e.g. "
+                                               f"{name.strip()}={show(values[0]) if values else 'VALUE'}",
+                                       hint=f"values of {key}: {', '.join(show(v) for v in values)}"
+                                       if values else "")])
         if not sep or key is None:
             from engine.suggest import did_you_mean
 
@@ -55,7 +88,12 @@ def parse_where(policy, items: list[str]) -> dict:
                                                    "64-bit integer")])
         else:
             value = text
-        fixed.update(policy.normalize({key: value}))
+        for name, value in policy.normalize({key: value}).items():
+            if name in fixed and fixed[name] != value:  # never a silent last-wins
+                raise ConfigError([Problem("C501", f"--where {name} is given twice ({show(fixed[name])}, "
+                                                   f"{show(value)}): one value per input",
+                                           hint="leave the input out to cover all its values")])
+            fixed[name] = value
     return fixed
 
 

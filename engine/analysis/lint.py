@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import engine.language.interpreter as interpret
 from engine.language.conditions import Cond
-from engine.analysis.domain import MAX_CONFIGS  # beyond it the whole-domain checks are skipped (said on stderr)
+from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
 from engine.values import show as _show, shown as _shown
@@ -32,6 +32,12 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
     if size > MAX_CONFIGS:
         notes.append(f"{policy.file}: the declared domain has {size} configs; whole-domain lint "
                      f"(L401-L403) runs up to {MAX_CONFIGS}")
+        return problems, notes
+    work = too_much_work(size, len(policy.rule_meta))
+    if work is not None:
+        notes.append(f"{policy.file}: {size:,} configs x {len(policy.rule_meta):,} rules = {work:,} rule "
+                     f"evaluations; whole-domain lint (L401-L403) runs up to {max_work():,} "
+                     "(HISPARSE_MAX_WORK raises it)")
         return problems, notes
     problems += _domain_lint(policy)
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes

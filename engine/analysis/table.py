@@ -23,7 +23,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
         size *= len(d)
     # each row is evaluated once with the phases unset and once per backend each phase accepts
     tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
-    check_size(size * (1 + tries), f"the routing table of {policy.ref}")
+    check_size(size * (1 + tries), f"the routing table of {policy.ref}", len(policy.rule_meta))
     phases = list(policy.phases.items())
     groups: dict = {}
     order = []

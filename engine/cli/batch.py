@@ -5,7 +5,7 @@ import sys
 
 from engine.errors import ConfigError, Problem
 from engine.cli.options import ERROR, OK, VIOLATION, emit_json
-from engine.values import kind
+from engine.values import kind, one_line
 
 
 def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
@@ -90,7 +90,7 @@ def batch_line(policy, base, said, line, number: int):
         return bad(exc.problems)
     for note in g.notes:
         if note not in said:
-            print(f"note: line {number}: {note}", file=sys.stderr)
+            print(f"note: line {number}: {one_line(note)}", file=sys.stderr)
     out = d.to_dict()
     out["line"] = number
     return out, (OK if d.ok else VIOLATION), d, g.given
@@ -98,8 +98,8 @@ def batch_line(policy, base, said, line, number: int):
 
 def _batch_text(policy, result: dict, number: int) -> str:
     if "error" in result:
-        return f"line {number}: ERROR {result['error']['code']}: {result['error']['message']}"
+        return f"line {number}: ERROR {result['error']['code']}: {one_line(result['error']['message'])}"
     if result["ok"]:
         chosen = " ".join(f"{ph}={result[spec.input]}" for ph, spec in policy.phases.items())
-        return f"line {number}: ok {chosen}"
-    return f"line {number}: REJECTED {result['violations'][0]['message']}"
+        return f"line {number}: ok {one_line(chosen)}"
+    return f"line {number}: REJECTED {one_line(result['violations'][0]['message'])}"

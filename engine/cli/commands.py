@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.errors import HisparseError
+from engine.errors import HisparseError, MissingDependency
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_input_flags, add_policy_options, combined, int_arg, layers_from_args,
-                                print_problems, split_launch)
+                                add_input_flags, add_policy_options, combined, count_arg, int_arg,
+                                layers_from_args, percent_arg, print_problems, split_launch)
 from engine.cli.output import OutputError, SafeStream, silence
+from engine.cli.policies import cmd_policies
 from engine.progress import Progress
 from engine.files.shipped import policy_ref
 from engine.suggest import did_you_mean
-from engine.values import clip, shown
+from engine.values import clip, one_line, shown
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -72,13 +73,18 @@ def cmd_explain(argv) -> int:
                     description="Show every stage, rule and check the policy tried for a config, and why.")
     add_policy_options(parser)
     parser.add_argument("--config", metavar="FILE", help="SGLang-style YAML or JSON config file")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: the stages, rules and results as data, and the decision")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     config = combined(policy, layers_from_args(policy, ns, ns.config, launch)).config
     decision, trace = policy.trace(config)
-    from engine.cli.decision_text import explanation_text
+    from engine.cli.decision_text import explanation_json, explanation_text
 
-    print(explanation_text(decision, trace))
+    if ns.format == "json":
+        emit_json(explanation_json(decision, trace))
+    else:
+        print(explanation_text(decision, trace))
     return OK if decision.ok else VIOLATION
 
 
@@ -96,7 +102,7 @@ def cmd_check(argv) -> int:
     notes: list = []
     results = check_paths(ns.paths, ns.deep, notes)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {one_line(note)}", file=sys.stderr)
     problems = [p for _, probs in results for p in probs]
     if ns.format == "json":
         emit_json({"ok": not problems, "files": [
@@ -105,8 +111,7 @@ def cmd_check(argv) -> int:
         for p in problems:
             print(str(p))
         bad = sum(1 for _, probs in results if probs)
-        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)",
-              file=sys.stderr)
+        print(f"checked {len(results)} policy file(s): {len(problems)} problem(s) in {bad} file(s)")
     return ERROR if problems or not results else OK
 
 
@@ -120,8 +125,8 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
-                        help="compare only configs with this input value (repeatable)")
-    parser.add_argument("--max-patterns", type=int_arg, default=4, metavar="N",
+                        help="compare only configs with this input value (repeatable, one value per input)")
+    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from engine.analysis.diff import diff
@@ -133,7 +138,7 @@ def cmd_diff(argv) -> int:
     if ns.format == "json":
         emit_json(result)
     else:
-        print(diff_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+        print(diff_text(result, markdown=ns.format == "markdown", max_patterns=ns.max_patterns))
     return OK if result["equivalent"] else VIOLATION
 
 
@@ -143,7 +148,7 @@ def cmd_table(argv) -> int:
                                 "phase for every combination of the other inputs.")
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
-                        help="fix an input (repeatable), e.g. --where dsa_model=true")
+                        help="fix an input (repeatable, one value per input), e.g. --where dsa_model=true")
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
@@ -165,7 +170,8 @@ def cmd_test(argv) -> int:
                     description="Run policy test cases (<family>/tests/v<N>.yaml) and report rule coverage.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="test files or folders (default: the shipped policies)")
     parser.add_argument("--policy-dir", metavar="DIR", help="folder of policy families")
-    parser.add_argument("--min-coverage", type=float, metavar="PCT", help="fail when a policy's rule coverage is below PCT")
+    parser.add_argument("--min-coverage", type=percent_arg, metavar="PCT",
+                        help="fail when a policy's rule coverage is below PCT (0 to 100)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     ns = parser.parse_args(argv)
     from engine.analysis.policytest import report_json, run
@@ -192,7 +198,7 @@ def cmd_replay(argv) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     from engine.serving.records import MAX_RECORDS
 
-    parser.add_argument("--max-records", type=int_arg, default=MAX_RECORDS, metavar="N",
+    parser.add_argument("--max-records", type=count_arg, default=MAX_RECORDS, metavar="N",
                         help=f"stop with an error after N records (default {MAX_RECORDS:,}); each line is "
                              "at most HISPARSE_MAX_FILE_BYTES")
     ns = parser.parse_args(argv)
@@ -201,7 +207,7 @@ def cmd_replay(argv) -> int:
     from engine.cli.reports import replay_text
 
     result = replay(ns.file, load_policy(policy_ref(ns.policy), ns.policy_dir),
-                    max_records=max(ns.max_records, 0))
+                    max_records=ns.max_records)
     if ns.format == "json":
         emit_json(result)
     else:
@@ -221,15 +227,15 @@ def cmd_conform(argv) -> int:
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="run only configs with this input value (repeatable)")
-    parser.add_argument("--sample", type=int, metavar="N",
+    parser.add_argument("--sample", type=int_arg, metavar="N",
                         help="a stratified sample of N configs (every value of every input appears)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
-    parser.add_argument("--workers", type=int, metavar="N",
+    parser.add_argument("--seed", type=int_arg, default=0, metavar="S", help="the sample's seed (default 0)")
+    parser.add_argument("--workers", type=count_arg, metavar="N",
                         help="worker processes (default: the CPUs this process may use)")
     parser.add_argument("--case-timeout", type=float, metavar="SECONDS",
                         help="stop the run when SGLang takes longer than this on one launch (default 120)")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    parser.add_argument("--max-patterns", type=int, default=4, metavar="N",
+    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
                         help="patterns shown per group in text and markdown (default 4; json has all)")
     ns = parser.parse_args(argv)
     from engine.sglang.conform import SGLangUnavailable, conform
@@ -263,7 +269,7 @@ def cmd_conform(argv) -> int:
     if ns.format == "json":
         emit_json(result)
     else:
-        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=max(ns.max_patterns, 1)))
+        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=ns.max_patterns))
     return OK if result["conformant"] else VIOLATION
 
 
@@ -276,6 +282,7 @@ COMMANDS = {
     "diff": (cmd_diff, "exact impact of changing one policy into another, over the whole domain"),
     "conform": (cmd_conform, "compare a policy with the installed SGLang's own code, config by config"),
     "replay": (cmd_replay, "re-evaluate recorded decisions against another policy"),
+    "policies": (cmd_policies, "export the shipped policies and their test cases to a folder to edit"),
 }
 
 
@@ -315,16 +322,16 @@ def main(argv=None) -> int:
     sys.stdout = SafeStream(raw_out, "stdout", strict=True)
     sys.stderr = SafeStream(raw_err, "stderr", strict=False)
     try:
-        code = _dispatch(argv)
-        sys.stdout.flush()
+        try:
+            code = _dispatch(argv)
+        except SystemExit as exc:  # argparse after printing --help (its output is flushed below)
+            code = exc.code if isinstance(exc.code, int) else (OK if exc.code is None else ERROR)
+        sys.stdout.flush()  # the last of the output: a full disk here is still an error
         return code
     except OutputError as exc:
         print(f"hisparse: {exc}", file=sys.stderr)
         silence(raw_out)
         return ERROR
-    except BrokenPipeError:  # e.g. piped into head: the reader left, not an error of ours
-        silence(raw_out)
-        return OK
     finally:
         sys.stdout, sys.stderr = raw_out, raw_err
 
@@ -351,7 +358,10 @@ def _dispatch(argv) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return ERROR
-    except (OutputError, BrokenPipeError):
+    except MissingDependency as exc:
+        print(f"hisparse: {exc}", file=sys.stderr)
+        return ERROR
+    except OutputError:
         raise
     except KeyboardInterrupt:
         return 130

@@ -1,8 +1,8 @@
-"""Decisions and explanations as text an operator reads."""
+"""Decisions and explanations as text an operator reads (and the explanation as data, its JSON form)."""
 from __future__ import annotations
 
 from engine.language.decision import Decision
-from engine.values import show
+from engine.values import one_line, show
 
 
 def config_line(policy, config: dict) -> str:
@@ -13,11 +13,12 @@ def decision_text(d: Decision) -> str:
     p = d.policy
     lines = []
     if d.ok:
-        lines.append(f"ACCEPTED by {p.ref}")
+        lines.append(f"ACCEPTED by {one_line(p.ref)}")
     else:
-        lines.append(f"REJECTED by {p.ref}: {d.error}")
+        lines.append(f"REJECTED by {one_line(p.ref)}: {one_line(d.error)}")
     rules = {name: (line, stage) for name, line, stage in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
+    column = max([16] + [len(show(b)) for b in d.backends.values()])  # the reasons aligned, whatever the backend
     for ph, backend in d.backends.items():
         src = d.sources[ph]
         if src == "user":
@@ -26,26 +27,26 @@ def decision_text(d: Decision) -> str:
             why = "no rule chose one"
         else:
             line, stage = rules[src]
-            why = f"{stage} rule {src} ({p.file}:{line})"
-        lines.append(f"  {ph + ':':<{width}} {show(backend):<16} {why}")
+            why = f"{stage} rule {src} ({one_line(p.file)}:{line})"
+        lines.append(f"  {ph + ':':<{width}} {show(backend):<{column}} {why}")
     given = p.complete(p.normalize(d.input))
     for name, value in d.config.items():
         if p.inputs[name].phase is None and given[name] != value:
             lines.append(f"  {name}: {show(given[name])} resolved to {show(value)}")
     for v in d.violations:
         where = f" [{v.phase}]" if v.phase else ""
-        lines.append(f"  violation {v.check}{where} ({v.location}): {v.message}")
+        lines.append(f"  violation {v.check}{where} ({one_line(v.location)}): {one_line(v.message)}")
     for line in d.log:
-        lines.append(f"  log: {line}")
-    lines.append(f"  policy: {p.ref} {p.file} sha256:{p.sha256[:12]}")
+        lines.append(f"  log: {one_line(line)}")
+    lines.append(f"  policy: {one_line(p.ref)} {one_line(p.file)} sha256:{p.sha256[:12]}")
     return "\n".join(lines)
 
 
 def explanation_text(d: Decision, trace) -> str:
     """`trace`: the interpret.Trace of the decision."""
     p = d.policy
-    out = [f"Policy {p.ref} ({p.file}, sha256:{p.sha256[:12]})"
-           + (f", models {p.upstream.label()}" if p.upstream else ""),
+    out = [f"Policy {one_line(p.ref)} ({one_line(p.file)}, sha256:{p.sha256[:12]})"
+           + (f", models {one_line(p.upstream.label())}" if p.upstream else ""),
            f"Config: {config_line(p, p.complete(p.normalize(d.input)))}"]
     current = None
     for step in trace.steps:
@@ -59,7 +60,7 @@ def explanation_text(d: Decision, trace) -> str:
             out.append("")
             out.append(title)
             if step.why:
-                cond = "; ".join(f"{w} ({'yes' if ok else 'no'})" for ok, w in step.why)
+                cond = "; ".join(f"{one_line(w)} ({'yes' if ok else 'no'})" for ok, w in step.why)
                 if step.holds:
                     out.append(f"   stage applies: {cond}")
                 else:
@@ -67,7 +68,7 @@ def explanation_text(d: Decision, trace) -> str:
             continue
         r = step.rule
         label = f"{r.name}" + (f" [{step.phase}]" if step.phase else "") + f" (line {r.line})"
-        why = "; ".join(f"{w} ({'yes' if ok else 'no'})" for ok, w in step.why) or "always"
+        why = "; ".join(f"{one_line(w)} ({'yes' if ok else 'no'})" for ok, w in step.why) or "always"
         if current == "checks":
             if not step.holds:
                 out.append(f"   - {label}: does not apply: {why}")
@@ -78,7 +79,7 @@ def explanation_text(d: Decision, trace) -> str:
         elif current == "defaults":
             if step.chosen:
                 out.append(f"   - {label}: CHOSEN: {why}")
-                out.append(f"       {step.outcome}")
+                out.append(f"       {one_line(step.outcome)}")
             else:
                 out.append(f"   - {label}: skipped: {why}")
         else:
@@ -89,7 +90,7 @@ def explanation_text(d: Decision, trace) -> str:
             else:
                 out.append(f"   - {label}: applied: {why}")
                 if step.outcome:
-                    out.append(f"       {step.outcome}")
+                    out.append(f"       {one_line(step.outcome)}")
     if trace.stopped_by is not None:
         out.append("")
         out.append(f"Evaluation stopped at {trace.stopped_by.name}: later stages did not run.")
@@ -97,3 +98,36 @@ def explanation_text(d: Decision, trace) -> str:
     out.append("Result:")
     out.append(decision_text(d))
     return "\n".join(out)
+
+
+def explanation_json(d: Decision, trace) -> dict:
+    """The explanation as data (`hisparse explain --format json`): the policy and its file, the
+    config completed with the policy's defaults, each stage the evaluator ran (its condition and
+    every rule it tried, in order, with the result in the words of the text form), the rule
+    evaluation stopped at, and the decision as `evaluate --format json` gives it."""
+    p = d.policy
+    stages = []
+    for step in trace.steps:
+        if step.rule is None or not stages:
+            stages.append({"stage": step.stage, "applies": step.holds, "why": _why(step.why), "rules": []})
+            if step.rule is None:
+                continue
+        stages[-1]["rules"].append({
+            "rule": step.rule.name, "location": p.location(step.rule), "phase": step.phase,
+            "result": _result(stages[-1]["stage"], step), "why": _why(step.why), "outcome": step.outcome or None})
+    return {"policy": dict(p.identity(), file=p.file, upstream=p.upstream.label() if p.upstream else None),
+            "config": p.complete(p.normalize(d.input)), "stages": stages,
+            "stopped_by": trace.stopped_by.name if trace.stopped_by is not None else None,
+            "decision": d.to_dict()}
+
+
+def _why(tests) -> list:
+    return [{"test": words, "holds": ok} for ok, words in tests]
+
+
+def _result(stage: str, step) -> str:
+    if stage in ("checks", "checks_at_defaults"):
+        return "does not apply" if not step.holds else "violated" if step.violated else "passed"
+    if stage == "defaults":
+        return "chosen" if step.chosen else "skipped"
+    return "skipped" if not step.holds else "stop" if step.violated else "applied"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from engine.errors import EngineError, HisparseError, Problem
 from engine.files.shipped import DEFAULT_POLICY, policy_ref
 from engine.suggest import did_you_mean
-from engine.values import INT_MAX, INT_MIN, clip, escape_json, parse_int, shown
+from engine.values import INT_MAX, INT_MIN, clip, escape_json, one_line, parse_int, shown
 
 OK, VIOLATION, ERROR = 0, 1, 2
 
@@ -19,10 +20,67 @@ class UsageError(EngineError):
     """Bad command-line usage (exit 2)."""
 
 
+def wrap_words(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` (a longer word alone on its line), broken only between
+    words and after the `|` of a value list (auto|fp8_e4m3|...): never inside a value or a flag."""
+    lines, line = [], ""
+    for word in text.split():
+        for i, part in enumerate(re.findall(r"[^|]+\|?|\|", word)):
+            sep = " " if i == 0 and line else ""
+            if line and len(line) + len(sep) + len(part) > width:
+                lines.append(line)
+                line = part
+            else:
+                line += sep + part
+    return lines + [line] if line else lines
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped by wrap_words (argparse's own wrapping breaks inside long words)."""
+
+    def _split_lines(self, text, width):
+        return wrap_words(text, width)
+
+    def _fill_text(self, text, width, indent):
+        return "\n".join(indent + line for line in wrap_words(text, width - len(indent)))
+
+
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("allow_abbrev", False)  # a routing flag is never guessed from a prefix
+        kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kw)
+
+    def parse_args(self, args=None, namespace=None):
+        self._refuse_repeats(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def _refuse_repeats(self, args) -> None:
+        """An option given twice with different values is an error, never a silent last-wins
+        (`--policy A --policy B`, `--dsa-model --no-dsa-model`, `--format json --format text`);
+        repeatable options (`--where`) say for themselves what a repeat means."""
+        seen: dict = {}
+        args = list(args)
+        for i, word in enumerate(args):
+            if word == "--":
+                break
+            flag, eq, attached = word.partition("=")
+            action = self._option_string_actions.get(flag)
+            if action is None or not flag.startswith("-") or isinstance(
+                    action, (argparse._AppendAction, argparse._CountAction, argparse._HelpAction)):
+                continue
+            if eq:
+                value = attached
+            elif action.nargs == 0:
+                value = flag  # a switch: --dsa-model and --no-dsa-model are two values of one option
+            else:
+                value = args[i + 1] if i + 1 < len(args) else None
+            earlier = seen.setdefault(action.dest, (flag, value))
+            if earlier[1] != value:
+                given = f"{earlier[0]} {clip(str(earlier[1]))}" if action.nargs != 0 else earlier[0]
+                again = f"{flag} {clip(str(value))}" if action.nargs != 0 else flag
+                raise UsageError(f"{self.prog}: {one_line(given)} and {one_line(again)}: the same option twice "
+                                 "with different values (give it once)")
 
     def error(self, message):
         prefix = "unrecognized arguments: "
@@ -47,6 +105,25 @@ def int_arg(text: str) -> int:
     value = parse_int(text)
     if value is None or not INT_MIN <= value <= INT_MAX:
         raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)} (a 64-bit integer)")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """argparse type of a count that must be at least 1 (patterns shown, records read)."""
+    value = int_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count: {shown(text)} (at least 1)")
+    return value
+
+
+def percent_arg(text: str) -> float:
+    """argparse type of a percentage: a number from 0 to 100 (NaN would switch a gate off)."""
+    try:
+        value = float(text) if len(text) <= 64 else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 100:  # false for NaN
+        raise argparse.ArgumentTypeError(f"invalid percentage: {shown(text)} (a number from 0 to 100)")
     return value
 
 
@@ -194,7 +271,7 @@ def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> li
 
         more, notes = launch_layers(policy, launch)
         for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {one_line(note)}", file=sys.stderr)
         layers += more
     if config_file is not None:
         from engine.sglang.config_files import config_layer
@@ -211,7 +288,7 @@ def combined(policy, layers, said=()):
     g = combine(policy, layers)
     for note in g.notes:
         if note not in said:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {one_line(note)}", file=sys.stderr)
     return g
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from engine.analysis.outcomes import pattern_lines
 from engine.analysis.policytest import FileResult, coverage, what_covers
-from engine.values import show, shown
+from engine.cli.options import wrap_words
+from engine.values import one_line, show, shown
 
 
 # -- hisparse diff ----------------------------------------------------------------------------
@@ -52,7 +53,7 @@ def diff_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> st
     if _domain_text(result["domain"]):
         lines.append(f"domain: {_domain_text(result['domain'])}")
     for g in result["groups"]:
-        lines.append(f"{g['class']} {g['count']}: {g['change']}")
+        lines.append(f"{g['class']} {g['count']}: {one_line(g['change'])}")
         lines += pattern_lines(g, max_patterns)
         lines.append(f"    e.g. {_example_text(g['class'], g['example'])}")
     return "\n".join(lines)
@@ -68,8 +69,8 @@ def _example_text(cls: str, ex: dict) -> str:
         if s["status"] == "ok":
             return "accepted " + " ".join(f"{k}={v}" for k, v in s["backends"].items())
         if s["status"] == "error":
-            return f"invalid config ({s['check']}: {s['message']})"
-        return f"rejected: {s['message']}"
+            return f"invalid config ({s['check']}: {one_line(s['message'])})"
+        return f"rejected: {one_line(s['message'])}"
 
     return f"{side(ex['a'])}  =>  {side(ex['b'])}"
 
@@ -107,20 +108,81 @@ def table_text(policy, result: dict, markdown: bool = False) -> str:
         cells += [_allowed_cell(r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))
                   for ph in phases]
         if any_rejected:
-            cells.append(r["rejected"] or "")
+            cells.append(one_line(r["rejected"] or ""))
         body.append(cells)
     fixed = ", ".join(f"{k}={show(v)}" for k, v in result["fixed"].items())
     title = f"Routing table of {policy.ref}" + (f" ({fixed})" if fixed else "")
     if policy.upstream is not None:
-        title += f", which models {policy.upstream.label()}"
+        title += f", which models {one_line(policy.upstream.label())}"
     if markdown:
         lines = [f"{title}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
         return "\n".join(lines)
-    widths = [max([len(h)] + [len(cells[i]) for cells in body]) for i, h in enumerate(head)]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    return _table_blocks(policy, result, axes, phases, title)
+
+
+TEXT_WIDTH = 100  # the plain table fits a terminal this wide
+_PHASE_COLUMN = 35  # widest phase value before it wraps (a backend name fits whole)
+
+
+def _table_blocks(policy, result: dict, axes: list, phases: list, title: str) -> str:
+    """The plain table as one block per row, fitting TEXT_WIDTH: the inputs the row holds for
+    (those equal in every row are said once, under the title), then each phase's default and
+    allowed backends in aligned columns, or the message it is rejected with."""
+    rows = result["rows"]
+    constant = [a for a in axes if len({_cell(r["when"].get(a)) for r in rows}) == 1] if len(rows) > 1 else []
+    lines = _fill(title.split(" "))
+    if constant:
+        lines += _fill(["in every row:"] + [part for a in constant
+                                            for part in _condition(rows[0]["when"].get(a), a, keep_any=True)])
+    cells = []
+    for r in rows:
+        if r["rejected"] is None:
+            cells.append({ph: (show(r["defaults"][ph]), _allowed_cell(
+                r["allowed"][ph], list(policy.inputs[policy.phases[ph].input].values))) for ph in phases})
+    width = min(_PHASE_COLUMN, max([len("flashinfer_sparse_mla")] + [len(v) for c in cells for pair in c.values()
+                                                                   for v in pair]))
+    label = max(len(ph) for ph in phases) + 2
+    cells = iter(cells)
+    for r in rows:
+        lines.append("")
+        conditions = [part for a in axes if a not in constant for part in _condition(r["when"].get(a), a)]
+        lines += _fill(conditions or ["every config"])
+        if r["rejected"] is not None:
+            lines += _fill(["  rejected:"] + r["rejected"].split(), indent=" " * 12)
+            continue
+        c = next(cells)
+        for what, i in (("default", 0), ("allowed", 1)):
+            columns = [(f"{ph}:".ljust(label), wrap_words(c[ph][i], width)) for ph in phases]
+            for n in range(max(len(col) for _, col in columns)):
+                text = f"  {what if n == 0 else '':<9}"
+                for name, col in columns:
+                    text += (name if n == 0 else " " * label) + (col[n] if n < len(col) else "").ljust(width + 2)
+                lines.append(text.rstrip())
     return "\n".join(lines)
+
+
+def _condition(values, name: str, keep_any: bool = False) -> list[str]:
+    """The words of `name` holding `values` (a list; empty: any value), a value list breakable
+    between its values: `name=v`, or `name in [a,` `b]`."""
+    if not values:
+        return [f"{name} any"] if keep_any else []
+    if len(values) == 1:
+        return [f"{name}={show(values[0])}"]
+    shown_values = [show(v) for v in values]
+    return [f"{name} in [{shown_values[0]},"] + [f"{v}," for v in shown_values[1:-1]] + [f"{shown_values[-1]}]"]
+
+
+def _fill(words, indent: str = "    ") -> list[str]:
+    """`words` joined by spaces in lines of at most TEXT_WIDTH, continued after `indent`."""
+    lines, line = [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > TEXT_WIDTH:
+            lines.append(line)
+            line = indent + word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line] if line else lines
 
 
 # -- hisparse test ----------------------------------------------------------------------------
@@ -131,17 +193,17 @@ def policy_test_text(results: list[FileResult], min_coverage: float | None) -> t
         p = fr.policy
         for c in fr.failed:
             ok = False
-            lines.append(f"FAIL {fr.file}:{c.line}: {c.name}")
+            lines.append(f"FAIL {one_line(fr.file)}:{c.line}: {one_line(c.name)}")
             for what, expected, actual in c.mismatches:  # unclipped: messages may differ at the end
                 lines.append(f"    {what}: expected {shown(expected, None)}")
                 lines.append(f"    {' ' * len(what)}  actual   {shown(actual, None)}")
         done, total, missing = coverage(fr)
         pct = 100.0 * done / total if total else 100.0
         passed = len(fr.cases) - len(fr.failed)
-        lines.append(f"{p.ref} ({fr.file}): {passed}/{len(fr.cases)} cases passed; "
+        lines.append(f"{p.ref} ({one_line(fr.file)}): {passed}/{len(fr.cases)} cases passed; "
                      f"rule coverage {done}/{total} ({pct:.0f}%)")
         for r in missing:
-            lines.append(f"    not covered: {r.stage} rule {r.name} ({p.location(r)}): no case makes it {what_covers(r)}")
+            lines.append(f"    not covered: {r.stage} rule {r.name} ({one_line(p.location(r))}): no case makes it {what_covers(r)}")
         if min_coverage is not None and pct < min_coverage:
             ok = False
             lines.append(f"    coverage {pct:.0f}% is below the minimum {min_coverage:g}%")
@@ -161,12 +223,12 @@ def replay_text(result: dict) -> str:
     lines = [text]
     for g in result["groups"]:
         more = " ..." if g["count"] > len(g["lines"]) else ""
-        lines.append(f"{g['class']} {g['count']}: {g['change']} (lines {', '.join(map(str, g['lines'][:10]))}"
+        lines.append(f"{g['class']} {g['count']}: {one_line(g['change'])} (lines {', '.join(map(str, g['lines'][:10]))}"
                      f"{' ...' if len(g['lines']) > 10 else more})")
         ex = g["example"]
-        lines.append(f"    e.g. line {ex['line']}: {ex['recorded']}  =>  {ex['now']}")
+        lines.append(f"    e.g. line {ex['line']}: {one_line(ex['recorded'])}  =>  {one_line(ex['now'])}")
     for prob in result["problems"]:
-        lines.append(f"{prob['file']}:{prob['line']}:{prob['col']}: {prob['code']}: {prob['message']}")
+        lines.append(f"{one_line(prob['file'])}:{prob['line']}:{prob['col']}: {prob['code']}: {one_line(prob['message'])}")
     return "\n".join(lines)
 
 
@@ -176,8 +238,8 @@ def _side_text(s: dict) -> str:
         b = s["backends"]
         text = f"accepted kv_cache_dtype={s['kv_cache_dtype']} prefill={b['prefill']} decode={b['decode']}"
     else:
-        text = f"rejected: {s['message']}"
-    return text + "".join(f"\n        log: {line}" for line in s["log"])
+        text = f"rejected: {one_line(s['message'])}"
+    return text + "".join(f"\n        log: {one_line(line)}" for line in s["log"])
 
 
 def conform_text(result: dict, markdown: bool = False, max_patterns: int = 4) -> str:
@@ -216,13 +278,13 @@ def conform_text(result: dict, markdown: bool = False, max_patterns: int = 4) ->
     if scope:
         lines.append("configs: " + "; ".join(scope))
     if result.get("warning"):
-        lines.append("warning: " + result["warning"])
+        lines.append("warning: " + one_line(result["warning"]))
     for g in result["groups"] + result["out_of_scope"]:
-        label = g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}"
+        label = one_line(g["change"] if "change" in g else f"out of scope, rejected at {g['at']}: {g['why']}")
         lines.append(f"{g['count']:,}: {label}")
         lines += pattern_lines(g, max_patterns)
         ex = g["example"]
-        lines.append(f"    e.g. {' '.join(ex['argv']) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
+        lines.append(f"    e.g. {one_line(' '.join(ex['argv'])) or '(no flags)'}  [{ex['architecture']}, {ex['platform']} "
                      f"SM{ex['capability'][0]}.{ex['capability'][1]}]")
         lines.append(f"      policy: {_side_text(ex['policy'])}")
         lines.append(f"      SGLang: {_side_text(ex['sglang'])}")

@@ -41,34 +41,28 @@ def read_bytes(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
 def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
                   regular_only: bool = True) -> tuple[bytes, tuple | None]:
     """(bytes, signature): as read_bytes, with the file's signature (file_signature) when it did
-    not change while it was read, else None (a writer was at work: the bytes may be torn)."""
+    not change while it was read, else None (a writer was at work: the bytes may be torn).
+
+    What is read: a regular file; without `regular_only`, also a pipe or FIFO, whose writer is
+    waited for (`--config <(...)`, /dev/stdin, a FIFO named on purpose). Anything else (a
+    directory, /dev/null, /dev/zero, a terminal, a socket) is refused before a byte is read: it
+    would answer on no input or never end. A pipe is read 64 KiB at a time and given up at its
+    first NUL byte (binary data, refused by decode_utf8), so a stream of zeros is never held
+    whole, whatever HISPARSE_MAX_FILE_BYTES allows."""
 
     def refuse(code: str, message: str, hint: str = "") -> ReadError:
         return ReadError([Problem(code, message, display, hint=hint)])
 
-    # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below (or, for a
-    # config the caller named, read blocking as a stream)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if os.path.isdir(path):
-            raise refuse("E101", "cannot read file: is a directory") from None
-        raise refuse("E101", f"cannot read file: {exc.strerror or exc}") from None
+    fd = open_checked(path, display, "policy files are regular files" if regular_only else
+                      "give a regular file or a pipe", fifo=not regular_only)
     try:
         before = os.fstat(fd)
-        if stat.S_ISDIR(before.st_mode):
-            raise refuse("E101", "cannot read file: is a directory")
-        if not stat.S_ISREG(before.st_mode):
-            if regular_only:
-                raise refuse("E101", f"cannot read file: not a regular file (a {_file_type(before.st_mode)})",
-                             "policy files are regular files")
-            os.set_blocking(fd, True)
-        elif before.st_size > max_bytes:
+        regular = stat.S_ISREG(before.st_mode)
+        if regular and before.st_size > max_bytes:
             raise _too_large(display, max_bytes)
         chunks, total = [], 0
         # first the size it claims plus one byte (to see it grow), then 64 KiB at a time
-        size = before.st_size + 1 if stat.S_ISREG(before.st_mode) else 1 << 16
+        size = before.st_size + 1 if regular else 1 << 16
         while total <= max_bytes:  # never more than max_bytes + 1, whatever the file claims
             chunk = os.read(fd, min(size, max_bytes + 1 - total))
             size = 1 << 16
@@ -76,9 +70,15 @@ def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
                 break
             chunks.append(chunk)
             total += len(chunk)
+            if not regular and b"\0" in chunk:  # binary: what follows cannot make it text
+                break
         after = os.fstat(fd)
     except OSError as exc:
         raise refuse("E101", f"cannot read file: {exc.strerror or exc}") from None
+    except MemoryError:  # a pipe longer than this process can hold (a limit raised that far)
+        chunks = None
+        raise refuse("E102", "file is larger than this process can hold in memory",
+                      "lower HISPARSE_MAX_FILE_BYTES") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
@@ -87,6 +87,60 @@ def read_snapshot(path: str, display: str, max_bytes: int = DEFAULT_MAX_BYTES,
     same = file_signature(before) == file_signature(after) and stat.S_ISREG(after.st_mode) \
         and len(data) == after.st_size
     return data, (file_signature(after) if same else None)
+
+
+def open_checked(path: str, display: str, want: str, fifo: bool = False, code: str = "E101") -> int:
+    """A descriptor open for reading on `path` when it is a regular file (or, with `fifo`, a pipe
+    or FIFO, opened again to wait for its writer); anything else is refused with `code` naming
+    what it is and `want`. The first open never waits (O_NONBLOCK) and the kind is taken from
+    the open descriptor (fstat), so a FIFO or device planted at the path can neither hang the
+    caller nor be swapped in between a check and the open."""
+    def refuse(message: str, hint: str = "") -> ReadError:
+        return ReadError([Problem(code, message, display, hint=hint)])
+
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except ValueError:  # a NUL in the path: no file can have that name
+        raise refuse("cannot read file: the path holds a NUL byte") from None
+    except OSError as exc:
+        try:  # a socket cannot be opened at all: say what it is
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            mode = stat.S_IFREG
+        if stat.S_ISDIR(mode):
+            raise refuse("cannot read file: is a directory") from None
+        if not stat.S_ISREG(mode) and not (fifo and stat.S_ISFIFO(mode)):
+            raise refuse(f"cannot read file: not a regular file (a {_file_type(mode)})", want) from None
+        raise refuse(f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise refuse(f"cannot read file: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode) or (fifo and stat.S_ISFIFO(mode)):
+        if stat.S_ISFIFO(mode):
+            _wait_for_writer(fd)
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise refuse("cannot read file: is a directory")
+    raise refuse(f"cannot read file: not a regular file (a {_file_type(mode)})", want)
+
+
+def _wait_for_writer(fd: int) -> None:
+    """Wait, as `cat` does, until the FIFO open on `fd` has a writer that wrote or left: a read
+    before that would see no input at all. The same descriptor is kept (a writer that came for
+    it is never lost); poll reports nothing until a writer has come."""
+    import select
+
+    if hasattr(select, "poll"):
+        waiter = select.poll()
+        waiter.register(fd, select.POLLIN | select.POLLHUP)
+        waiter.poll()
+    else:  # pragma: no cover - no poll(): select waits alike
+        select.select([fd], [], [])
 
 
 def _too_large(display: str, max_bytes: int) -> ReadError:

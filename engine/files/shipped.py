@@ -22,16 +22,25 @@ def default_policy_dir() -> str:
 
 def policy_root(given: str | None) -> str:
     """The policy folder a command uses: the one given, else the default; an empty one is an
-    error (an empty --policy-dir must not quietly mean the shipped policies)."""
+    error (an empty --policy-dir must not quietly mean the shipped policies), and so is one that
+    does not exist or is not a folder (said as such, not as a family missing from it)."""
+    from engine.errors import PolicyError, Problem
+
     if given is None:
-        return default_policy_dir()
-    if not isinstance(given, str) or not given.strip():
-        from engine.errors import PolicyError, Problem
+        root = default_policy_dir()
+    elif not isinstance(given, str) or not given.strip():
         from engine.values import shown
 
         raise PolicyError([Problem("R602", f"the policy folder is empty ({shown(given)}): it must name a folder",
                                    hint="leave the option out for the default")])
-    return given
+    else:
+        root = given
+    if not os.path.isdir(root):
+        what = "is a file, not a folder" if os.path.exists(root) else "does not exist"
+        source = "--policy-dir" if given is not None else "$HISPARSE_POLICY_DIR"
+        raise PolicyError([Problem("R601", f"the policy folder {what}", root,
+                                   hint=f"{source} names a folder of policy families (<family>/v<N>.yaml)")])
+    return root
 
 
 DEFAULT_POLICY = "dsa-backends"
@@ -57,3 +66,10 @@ def _env(name: str, what: str) -> str | None:
         raise PolicyError([Problem("R602", f"{name} is set but empty: it must name a {what}",
                                    hint=f"unset {name} for the default")])
     return value
+
+
+def placement(file: str) -> tuple[str, str]:
+    """(folder name, file name) of where a policy file sits, as the identity check (E312) reads
+    them: the folder resolved against the current directory, so `v4.yaml` means another place
+    from another directory. The compiled-policy caches key on it, since the check's verdict does."""
+    return os.path.basename(os.path.dirname(os.path.abspath(file))), os.path.basename(file)

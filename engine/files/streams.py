@@ -17,13 +17,16 @@ def lines_of(stream, limit: int):
     """The lines of `stream` (bytes, or str for a text stream), each at most `limit` bytes; a
     longer line is skipped without being held in memory and given as TOO_LONG, or as RUNAWAY
     (and the end) when no newline comes within MAX_LINE_FACTOR * limit bytes."""
+    step = min(limit + 1, 1 << 16)  # a line is gathered a bounded chunk at a time
     while True:
-        line = stream.readline(limit + 1)
+        line = stream.readline(step)
         if not line:
             return
         newline = b"\n" if isinstance(line, bytes) else "\n"
-        if len(line) > limit and not line.endswith(newline):
-            skipped, ended = len(line), False
+        if len(line) == step and step <= limit and not line.endswith(newline):
+            line = _rest_of_line(stream, line, limit, newline)
+        if line is None or (len(line) > limit and not line.endswith(newline)):
+            skipped, ended = (limit + 1 if line is None else len(line)), False
             while skipped <= MAX_LINE_FACTOR * limit:  # drop the rest, a bounded chunk at a time
                 more = stream.readline(1 << 16)
                 skipped += len(more)
@@ -36,6 +39,25 @@ def lines_of(stream, limit: int):
             yield TOO_LONG
         else:
             yield line
+
+
+def _rest_of_line(stream, start, limit: int, newline):
+    """`start` and what follows it up to a newline, at most limit + 1 characters, or None for a
+    line this process cannot hold (a limit raised past its memory): then it is skipped as too
+    long."""
+    parts, size = [start], len(start)
+    try:
+        while size <= limit:
+            more = stream.readline(min(limit + 1 - size, 1 << 16))
+            if not more:
+                break
+            parts.append(more)
+            size += len(more)
+            if more.endswith(newline):
+                break
+        return start[:0].join(parts)
+    except MemoryError:
+        return None
 
 
 TOO_LONG = object()
@@ -60,7 +82,7 @@ def numbered_lines(stream, limit: int, what: str, source: str):
 
 def open_stream(what: str, source: str):
     """A binary stream to read `source` ('-' = stdin) from: a regular file, a pipe or a FIFO (they
-    end when their writer does; a FIFO is opened without waiting for one), or a terminal on stdin.
+    end when their writer does; a named FIFO waits for its writer), or a terminal on stdin.
     A device or socket given by name, or on stdin a device that is not a terminal (/dev/zero),
     would never end and is refused with C504."""
     if source == "-":
@@ -76,19 +98,13 @@ def open_stream(what: str, source: str):
             raise ConfigError([Problem("C504", f"cannot read {what}: standard input is {kind_of(mode)}, "
                                        "which never ends", "-", hint="redirect a file or a pipe")])
         return stream
-    try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise ConfigError([Problem("C504", f"cannot read {what}: {exc.strerror or exc}", source)]) from None
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISDIR(mode):
-        os.close(fd)
-        raise ConfigError([Problem("C504", f"cannot read {what}: Is a directory", source)])
-    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-        os.close(fd)
-        raise ConfigError([Problem("C504", f"cannot read {what}: {kind_of(mode)}, not a regular file or a "
-                                   "pipe", source)])
-    os.set_blocking(fd, True)
+    from engine.files.reading import ReadError, open_checked
+
+    try:  # a regular file, or a FIFO waited for; a directory or device is refused unread
+        fd = open_checked(source, source, "give a regular file or a pipe", fifo=True, code="C504")
+    except ReadError as exc:
+        raise ConfigError([p._replace(message=p.message.replace("cannot read file", f"cannot read {what}"))
+                           for p in exc.problems]) from None
     return os.fdopen(fd, "rb")
 
 
@@ -108,6 +124,8 @@ def check_record_target(path: str) -> None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
+    except ValueError:
+        raise ConfigError([Problem("C504", "cannot open the record file: the path holds a NUL byte", path)]) from None
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
     if not stat.S_ISREG(mode):

@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 import re
 
-import yaml
-from yaml import events as ev
-
-from engine.errors import EngineError, Problem
+from engine.errors import EngineError, Problem, import_required
 from engine.files.document import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS, Document
 from engine.values import INT_MAX, INT_MIN, clip, shown, typed
 from engine.files.reading import ReadError
+
+yaml = import_required("yaml", "PyYAML")  # MissingDependency says what to install
+ev = import_required("yaml.events", "PyYAML")
 
 try:  # libyaml's parser is several times faster; both produce the same events and marks
     from yaml import CSafeLoader as _Loader

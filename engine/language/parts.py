@@ -12,6 +12,7 @@ from engine.language.rules import InputSpec, PhaseSpec, Rule, Stage, Table, Upst
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from engine.files.document import Document
+from engine.files.shipped import placement
 from engine.files.reading import ReadError, decode_utf8
 from engine.files.yaml_reader import parse_yaml
 from engine.language.schema import schema_problems
@@ -34,7 +35,7 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--min-coverage", "--max-records", "--deep",
                             "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
                             "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers",
-                            "--case-timeout"})
+                            "--case-timeout", "--compare"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:
@@ -117,9 +118,8 @@ class Builder:
 
     def _placement(self):
         """A file named v<N>.yaml inside a folder must be version N of the family of that name."""
-        base = os.path.basename(self.doc.file)
+        parent, base = placement(self.doc.file)
         match = re.fullmatch(r"v(\d+)\.ya?ml", base)
-        parent = os.path.basename(os.path.dirname(os.path.abspath(self.doc.file)))
         if match and parent not in ("", "tests"):
             if int(match.group(1)) != self.parts.version:
                 self.problem("E312", f"version {self.parts.version} in a file named {base}", ("version",))
@@ -238,6 +238,7 @@ class Builder:
                          hint=did_you_mean(key, scope))
             return None
         rows: dict = {}
+        keyed: dict = {}  # value -> the row key text that gave it
         ok = True
         for text, row in raw["rows"].items():
             rpath = path + ("rows", text)
@@ -245,9 +246,17 @@ class Builder:
             if value is _BAD:
                 ok = False
                 hint = did_you_mean(text, spec.values) if spec.type == "enum" else ""
-                self.problem("E302", f"row '{text}' is not a value of '{key}' "
-                             f"({spec.describe_domain()})", rpath, key=True, hint=hint)
+                alike = _integer_spelling(text) if spec.type == "int" else None
+                if alike is not None:  # '010', ' 10', '1_0', fullwidth or Arabic-Indic digits
+                    twin = f", the same as row '{keyed[alike]}'" if alike in keyed else ""
+                    self.problem("E302", f"row '{text}' is not an integer written in ASCII digits "
+                                 f"without sign, blanks, underscores or leading zeros{twin}", rpath, key=True,
+                                 hint=f"write {alike}")
+                else:
+                    self.problem("E302", f"row '{text}' is not a value of '{key}' "
+                                 f"({spec.describe_domain()})", rpath, key=True, hint=hint)
                 continue
+            keyed[value] = text
             rows[value] = self._row(row, rpath, in_phase)
         otherwise = None
         if "otherwise" in raw:
@@ -466,9 +475,24 @@ def _typed_key(text: str, spec: InputSpec):
         return text if text in spec.values else _BAD
     if spec.type == "bool":
         return {"true": True, "false": False}.get(text, _BAD)
-    try:
-        value = int(text)
-    except ValueError:
+    if not _CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
         return _BAD
+    value = int(text)
     return value if spec.accepts(value) else _BAD
+
+
+# an integer row key: ASCII digits, no leading zero, an optional minus (re's \d would take any
+# Unicode digit, and int() also takes blanks, '+', '_' and leading zeros: '010' and '１０' both 10)
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,18}")
+
+
+def _integer_spelling(text: str) -> int | None:
+    """The integer another spelling of a row key means to int() ('010', ' 10', '1_0', '１０'), or
+    None when it is no integer at all."""
+    if len(text) > 64:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 

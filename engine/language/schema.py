@@ -23,7 +23,10 @@ def schema_path(name: str = "policy") -> str:
 def validator(name: str = "policy"):
     """The validator of a shipped schema: "policy" (the language) or "tests" (policy test files)."""
     if name not in _validators:
-        import jsonschema  # imported on first use: it is the slowest import of a load
+        from engine.errors import import_required
+
+        # imported on first use (the slowest import of a load); missing: what to install
+        jsonschema = import_required("jsonschema", "jsonschema")
 
         with open(schema_path(name), encoding="utf-8") as fh:
             schema = json.load(fh)

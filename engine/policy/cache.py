@@ -25,6 +25,7 @@ import os
 import sys
 
 from engine.files.reading import sha256
+from engine.files.shipped import placement
 
 MAGIC = b"hisparse-compiled-policy 2\n"
 MAX_ENTRY_BYTES = 16 << 20
@@ -70,7 +71,10 @@ def engine_fingerprint() -> str:
 
 
 def _key(digest: str, display: str) -> str:
-    return sha256(f"{digest}\0{display}".encode("utf-8", "surrogateescape")).hexdigest()
+    # everything the loader's verdict depends on: the bytes, the name, and where that name sits
+    # from the current directory (the identity check E312 reads the folder's name)
+    parts = (digest, display) + placement(display)
+    return sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def entry_path(digest: str, display: str) -> str | None:
@@ -87,8 +91,10 @@ def load(digest: str, display: str):
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        # O_NONBLOCK: a FIFO planted at the entry's (predictable) path must not hang the open;
+        # _trusted refuses it from the open descriptor
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):  # ValueError: a NUL in HISPARSE_CACHE_DIR
         return None
     try:
         st = os.fstat(fd)

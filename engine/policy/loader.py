@@ -17,7 +17,7 @@ from collections import OrderedDict
 import engine.policy.cache as cache
 import engine.policy.releases as releases
 from engine.errors import PolicyError, Problem
-from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.files.shipped import default_policy_dir, placement, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
 from engine.policy.releases import is_release_ref
 from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
@@ -26,7 +26,7 @@ from engine.values import clip, kind, parse_int, shown
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
 VERSION_FILE = re.compile(r"v([0-9]+)\.yaml")  # matched whole (fullmatch): v<N>.yaml, N in ASCII digits
 _CACHE_SIZE = 64
-_cache: OrderedDict = OrderedDict()  # (sha256, display) -> Policy
+_cache: OrderedDict = OrderedDict()  # (sha256, display, placement) -> Policy
 _lock = _thread.allocate_lock()  # (the threading module is not needed here)
 
 
@@ -39,7 +39,7 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
     if looks_like_path(ref):
         return load_file(os.path.expanduser(ref), ref)
     if is_release_ref(ref):
-        path, display = releases.resolve(ref, policy_root(policy_dir))
+        path, display = releases.resolve(ref, version_paths(policy_root(policy_dir)), load_file)
     else:
         path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
@@ -123,11 +123,27 @@ def list_families(root: str | None = None) -> dict[str, list[int]]:
     return out
 
 
+def version_paths(root: str):
+    """(FAMILY@N, path, display) of every version file under a policy folder."""
+    for family, versions in list_families(root).items():
+        files = version_files(os.path.join(root, family))
+        for number in versions:
+            for name in files[number]:
+                yield f"{family}@{number}", os.path.join(root, family, name), os.path.join(display_dir(root), family, name)
+
+
 def display_dir(root: str) -> str:
-    # the shipped folder is shown as "policies", never as where it happens to be installed
-    if os.path.abspath(root) == os.path.abspath(shipped_policy_dir()):
-        return "policies"
-    return root
+    """How messages name a policy folder: as given, except the shipped one, named where it really
+    is (relative to the working directory inside it, as `policies` in a checkout; else absolute,
+    as an installed copy), so a location in a message is a file that exists."""
+    shipped = os.path.abspath(shipped_policy_dir())
+    if os.path.abspath(root) != shipped:
+        return root
+    try:
+        relative = os.path.relpath(shipped)
+    except (OSError, ValueError):  # no working directory, or another drive
+        return shipped
+    return shipped if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
 
 
 def load_file(path: str, display: str | None = None) -> Policy:
@@ -144,7 +160,7 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     from memory or the on-disk cache when the same bytes were compiled before. Raises
     PolicyError."""
     digest = sha256(data).hexdigest()
-    key = (digest, display)
+    key = (digest, display, placement(display))  # what the checks read (cache.py's key alike)
     with _lock:
         hit = _cache.get(key)
         if hit is not None:

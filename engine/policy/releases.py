@@ -26,20 +26,14 @@ def installed_release() -> str:
                                    hint="name the release instead (--policy sglang==X) or a FAMILY@N")]) from None
 
 
-def modelled(root: str) -> dict[str, list[tuple[str, str, str]]]:
-    """release -> [(ref, path, display)] of every version under `root` whose upstream lists it."""
-    from engine.policy.loader import display_dir, list_families, load_file, version_files
-
+def modelled(files, load) -> dict[str, list[tuple[str, str, str]]]:
+    """release -> [(ref, path, display)] of every version file (`files`: (ref, path, display)
+    triples; `load(path, display)` gives its Policy) whose upstream lists it."""
     out: dict[str, list[tuple[str, str, str]]] = {}
-    for family, versions in list_families(root).items():
-        files = version_files(os.path.join(root, family))
-        for number in versions:
-            for name in files[number]:
-                path = os.path.join(root, family, name)
-                display = os.path.join(display_dir(root), family, name)
-                up = load_file(path, display).upstream
-                for release in (up.releases if up else ()):
-                    out.setdefault(release, []).append((f"{family}@{number}", path, display))
+    for ref, path, display in files:
+        up = load(path, display).upstream
+        for release in (up.releases if up else ()):
+            out.setdefault(release, []).append((ref, path, display))
     return out
 
 
@@ -49,11 +43,12 @@ def release_key(release: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in parts)
 
 
-def resolve(ref: str, root: str) -> tuple[str, str]:
-    """(path, display) of the version that models the release `ref` names. Exit 2 (PolicyError)
-    when no version or more than one does, listing the modelled releases."""
+def resolve(ref: str, files, load) -> tuple[str, str]:
+    """(path, display) of the version that models the release `ref` names, among `files` (see
+    modelled). Exit 2 (PolicyError) when no version or more than one does, listing the modelled
+    releases."""
     release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()
-    table = modelled(root)
+    table = modelled(files, load)
     found = table.get(release, [])
     if len(found) == 1:
         return found[0][1], found[0][2]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 
 from engine.analysis.outcomes import CLASSES, classify, describe, outcome_of, outcome_of_error, outcome_of_record
 from engine.errors import ConfigError, Problem
@@ -50,9 +51,20 @@ def append_records(path: str, decisions, inputs=None) -> int:
         return 0
     try:
         # read and write: the last byte is read (is the last line whole?) through the same open file
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NONBLOCK: a FIFO planted at the path never blocks the open; it is refused below
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except ValueError:
+        raise ConfigError([Problem("C504", "cannot open the record file: the path holds a NUL byte", path)]) from None
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO would take the record with no one to read it, a device lose it
+        os.close(fd)
+        from engine.files.streams import kind_of
+
+        raise ConfigError([Problem("C504", f"cannot append records to {kind_of(mode)}: a record file is a "
+                                   "regular file (nothing was appended)", path)])
+    os.set_blocking(fd, True)
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)

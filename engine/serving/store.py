@@ -14,6 +14,10 @@ complete file or the new complete file, never anything in between. What the stor
   redirection, an editor that writes in place) is refused (S803) and its last good content kept:
   the store cannot tell a finished in-place write from one stopped half-way, so it never serves
   one;
+- but content that only extends what was judged (the same bytes, then more: a `cp` or `scp` of a
+  new file that stalled after a prefix that loaded, or did not) is that writer finishing: once
+  quiet for `settle` seconds it is judged as new content and, when it loads, replaces the prefix,
+  so a half-written file never stays in service because its completion came late;
 - new content that does not load never replaces the last good policy of its version; the
   problems, with file:line:col, are kept in `errors` and logged;
 - two files that name the same version (v1.yaml, v001.yaml) are both refused (E313);
@@ -97,13 +101,17 @@ class _File:
 _MAX_PINS = 64
 
 
+MAX_SECONDS = 86400.0  # a day: past it, a wait overflows the platform's timeout (1e10 did) or never ends
+
+
 def _seconds(value, name: str, positive: bool) -> float:
-    """A finite number of seconds (> 0, or >= 0); anything else is refused here, so that a bad
-    value never becomes a poller that silently never runs."""
+    """A number of seconds (> 0, or >= 0) up to MAX_SECONDS; anything else (NaN, infinite, a
+    string, a boolean, 1e10) is refused here, so that a bad value never becomes a poller that
+    silently never runs or dies of an OverflowError."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
+    if not ok or value < 0 or (positive and value == 0) or value > MAX_SECONDS:
         want = "a positive" if positive else "a non-negative"
-        raise ValueError(f"{name} must be {want} finite number of seconds, got {value!r}")
+        raise ValueError(f"{name} must be {want} number of seconds up to {MAX_SECONDS:g}, got {shown(value)}")
     return float(value)
 
 
@@ -114,17 +122,21 @@ class PolicyStore:
     (file -> problems of its last refused content or removal). With `poll_interval`, a background
     thread refreshes every that many seconds (or call `start(interval)`; `stop()` or a `with`
     block ends it). Raises PolicyError at construction when no version loads, ValueError for a
-    `poll_interval` or `settle` that is not a finite number of seconds.
+    `poll_interval` or `settle` that is not a number of seconds up to MAX_SECONDS (a day).
+    `clock`: the monotonic seconds the settle window is measured in (tests pass their own).
     """
 
     def __init__(self, policy_dir: str | None = None, family: str = "dsa-backends", *,
-                 poll_interval: float | None = None, settle: float = DEFAULT_SETTLE):
+                 poll_interval: float | None = None, settle: float = DEFAULT_SETTLE, clock=time.monotonic):
         if not isinstance(family, str) or not _FAMILY.fullmatch(family):
             raise PolicyError([Problem("R602", f"bad policy family {shown(family)}: expected a name such as "
                                        "dsa-backends")])
         self.settle = _seconds(settle, "settle", positive=False)
         if poll_interval is not None:
             poll_interval = _seconds(poll_interval, "poll_interval", positive=True)
+        if not callable(clock):
+            raise TypeError(f"clock must be a function returning seconds, got {shown(clock)}")
+        self._clock = clock  # monotonic seconds: when a signature was first seen, a file missed
         self.family = family
         self.policy_dir = policy_root(policy_dir)
         self.folder = os.path.join(self.policy_dir, family)
@@ -225,7 +237,7 @@ class PolicyStore:
         removed: list[str] = []
         present = self._scan()
         if present is not None:
-            now = time.monotonic()
+            now = self._clock()
             for name, f in list(self._files.items()):
                 if name in present:
                     f.gone_at = None
@@ -290,7 +302,7 @@ class PolicyStore:
 
     def _look(self, f: _File, initial: bool) -> str | None:
         """Judge one present file; returns "loaded", "refused", "pending" or None (unchanged)."""
-        now = time.monotonic()
+        now = self._clock()
         try:
             signature = file_signature(os.stat(f.path))
         except OSError:  # gone between the listing and now: the next refresh says removed
@@ -300,10 +312,9 @@ class PolicyStore:
         same = signature[:2] == (f.pin_id or (f.judged or f.seen or (None, None))[:2])
         if same and f.tainted == signature[:2]:  # the inode seen changing in place: never read again
             return self._in_place(f, signature)
-        # written in place: the inode whose content was judged, or a new file whose size or mtime
-        # moved between two looks (a chmod moves only ctime)
-        in_place = same and ((f.judged_sha is not None) or (
-            f.judged is None and f.seen is not None and signature[2:4] != f.seen[2:4]))
+        # written in place: the inode whose content was judged (a new file still growing is a
+        # write in progress: it waits to be quiet like any other)
+        in_place = same and f.judged_sha is not None
         if signature != f.seen:
             f.seen, f.seen_at = signature, now
             if f.judged is None:
@@ -317,7 +328,11 @@ class PolicyStore:
             data, snapshot = read_snapshot(f.path, f.display, max_file_bytes())
         except ReadError as exc:
             return self._refuse(f, signature, exc.problems)
+        extends = in_place and self._extends(f, data)
         if snapshot is None or snapshot != signature:  # it changed while read, or since the stat
+            if extends:  # the writer of the judged prefix is still at work
+                f.seen, f.seen_at = snapshot or signature, now
+                return self._pending(f)
             if in_place or (f.judged_sha is not None and (snapshot or signature)[:2] == f.pin_id):
                 return self._in_place(f, snapshot or signature)
             f.seen, f.seen_at = snapshot, now
@@ -328,7 +343,12 @@ class PolicyStore:
             if sha == f.judged_sha:  # touched: the same bytes
                 f.judged = snapshot
                 return None
-            return self._in_place(f, snapshot)
+            if not extends:
+                return self._in_place(f, snapshot)
+            if not quiet:  # a completion of the judged prefix: judged once it is quiet
+                return self._pending(f)
+            # the writer that left a prefix (served, or refused) finished: its whole file is judged
+            # as new content and replaces the prefix when it loads
         try:
             policy = load_bytes(data, f.display, f.path)
         except PolicyError as exc:
@@ -340,6 +360,14 @@ class PolicyStore:
         f.judged, f.judged_sha, f.good, f.problems, f.state, f.tainted = snapshot, sha, policy, [], "good", None
         self._pin(f, snapshot)
         return "loaded"
+
+    @staticmethod
+    def _extends(f: _File, data: bytes) -> bool:
+        """Whether `data` is the judged content with more after it: the same writer finishing
+        a file it stalled in (cp, scp), not another text written over it."""
+        size = f.judged[2] if f.judged is not None else None
+        return (size is not None and f.judged_sha is not None and len(data) > size
+                and hashlib.sha256(data[:size]).hexdigest() == f.judged_sha)
 
     def _pin(self, f: _File, signature: tuple) -> None:
         """Hold the file open on the inode `signature` names (see _File.pin)."""

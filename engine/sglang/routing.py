@@ -10,7 +10,8 @@ import logging
 import sys
 
 from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
-from engine.sglang.server_args import attr_names, raise_refusal
+from engine.sglang.server_args import ServerArgsError, attr_names, raise_refusal
+from engine.values import clip, typed
 
 
 def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=None, logger=None):
@@ -24,7 +25,10 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     On any other object with SGLang's attribute names (older SGLang generations, whose ServerArgs
     is a plain dataclass): reads the policy's inputs from attributes of the same names (phase
     inputs also under their flag aliases, e.g. nsa_decode_backend / dsa_decode_backend) and, when
-    accepted, writes the resolved kv_cache_dtype and backends back.
+    accepted, writes the resolved kv_cache_dtype and backends back. A mapping of those names (a
+    dict) is read and written the same way. None or a scalar raises ServerArgsError (a TypeError)
+    before anything is read; the writes are all or nothing: a field that cannot be written (a
+    read-only property, a frozen dataclass) raises ServerArgsError with the object as it was.
 
     Inputs SGLang takes from the environment come from the keyword arguments, else as SGLang finds
     them (its ModelConfig, platform and torch.cuda for a 0.5.2x record; the model path and torch if
@@ -44,18 +48,19 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
         return decision
     if sglang_resolution.is_record(server_args):
         return sglang_resolution.apply_to_record(server_args, policy, env, logger)
-    # the object's attributes are one source, read as every other source is (two attributes of
-    # one input with different values are an error, not a silent pick)
+    fields = Fields(server_args)
+    # the object's attributes (a mapping's keys) are one source, read as every other source is
+    # (two attributes of one input with different values are an error, not a silent pick)
     attrs: dict = {}
     for name, spec in policy.inputs.items():
-        present = [a for a in attr_names(policy, name) if hasattr(server_args, a)]
-        values = {a: getattr(server_args, a) for a in present if getattr(server_args, a) is not None}
+        present = [a for a in attr_names(policy, name) if fields.has(a)]
+        values = {a: fields.get(a) for a in present if fields.get(a) is not None}
         if values:
             attrs.update(values)
         elif present and spec.nullable:
             attrs[name] = None
     for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
-        value = getattr(server_args, key.replace("-", "_"), None)
+        value = fields.get(key.replace("-", "_"))
         if value is not None and value != "":
             attrs[key] = value
     layer = read_layer(policy, attrs, "server_args")
@@ -65,13 +70,63 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
     decision = policy.evaluate(combine(policy, layers).config)
     if not decision.ok:
         raise_refusal(decision)
-    for name, value in decision.config.items():
-        for attr in attr_names(policy, name):
-            if hasattr(server_args, attr):
-                setattr(server_args, attr, value)
+    fields.write_all([(attr, value) for name, value in decision.config.items()
+                      for attr in attr_names(policy, name) if fields.has(attr)])
     for line in decision.log:
         logger.warning(line)
     return decision
+
+
+class Fields:
+    """The fields of a ServerArgs as apply() reads and writes them: an object's attributes, or a
+    mapping's keys (a dict of SGLang's attribute names). Anything else (None, a number) is refused
+    before anything is read; writes are all or nothing."""
+
+    def __init__(self, target):
+        from collections.abc import Mapping, MutableMapping
+
+        if target is None or isinstance(target, (str, bytes, int, float, list, tuple)):
+            raise ServerArgsError(f"apply() reads SGLang's ServerArgs or a mapping of its attribute names, "
+                                  f"got {typed(target)}")
+        self.target = target
+        self.mapping = isinstance(target, Mapping)
+        self.writable = isinstance(target, MutableMapping)
+
+    def has(self, name: str) -> bool:
+        return name in self.target if self.mapping else hasattr(self.target, name)
+
+    def get(self, name: str):
+        return self.target.get(name) if self.mapping else getattr(self.target, name, None)
+
+    def write_all(self, items: list) -> None:
+        """Write every (name, value), or nothing: each field is first written with the value it
+        holds (a read-only one fails there, before any change), and should a write still fail,
+        those already made are undone."""
+        if self.mapping and not self.writable:
+            if items:
+                raise ServerArgsError(f"apply() cannot write the resolved values into a read-only mapping "
+                                      f"({type(self.target).__name__}); nothing was written")
+            return
+        put = self.target.__setitem__ if self.mapping else (lambda n, v: setattr(self.target, n, v))
+        old = [(name, self.get(name)) for name, _ in items]
+        for name, value in old:  # a field that cannot be written fails here, before any change
+            self._put(put, name, value)
+        done = []
+        try:
+            for (name, value), before in zip(items, old):
+                self._put(put, name, value)
+                done.append(before)
+        except ServerArgsError:
+            for name, value in reversed(done):
+                put(name, value)
+            raise
+
+    def _put(self, put, name: str, value) -> None:
+        try:
+            put(name, value)
+        except Exception as exc:  # a read-only property, a frozen dataclass, __slots__, a failing setter
+            raise ServerArgsError(f"apply() cannot write server_args.{name} ({type(exc).__name__}: "
+                                  f"{clip(str(exc))}); nothing was written") from None
 
 
 def resolution_step(policy=None, **env):

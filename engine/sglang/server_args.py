@@ -3,6 +3,14 @@
 raises for a refused config."""
 from __future__ import annotations
 
+from engine.errors import EngineError
+
+
+class ServerArgsError(EngineError, TypeError):
+    """apply() was given something it cannot read as a ServerArgs (None, a number), or a
+    ServerArgs it cannot write (a read-only attribute): nothing was written."""
+
+
 # rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
 # ValueError
 ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})

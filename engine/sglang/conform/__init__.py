@@ -26,7 +26,13 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
     from engine.sglang.conform.drivers import UnknownVersion, driver_for, installed_sglang
     from engine.sglang.conform.runner import CASE_TIMEOUT, run_cases
 
-    version, reason = installed_sglang()
+    if progress is None:
+        version, reason = installed_sglang()
+    else:  # importing SGLang takes tens of seconds on a CPU machine: say so while it does
+        from engine.progress import Waiting
+
+        with Waiting("conform: importing SGLang", stream=progress):
+            version, reason = installed_sglang()
     if version is None:
         raise SGLangUnavailable(reason)
     try:

@@ -31,10 +31,10 @@ DRIVERS: dict[str, str] = {
     "0.5.23": "engine.sglang.conform.sglang_0523",
 }
 
-INSTALL_HINT = ("install it with `make install` (the conform step installs sglang==0.5.23 with "
-                "--no-deps and the light dependencies its start-up code imports), or by hand: "
-                "`pip install torch==2.13.0`, `pip install -e '.[conform]'`, then "
-                "`pip install --no-deps sglang==0.5.23`")
+INSTALL_HINT = ("install it with `pip install torch==2.13.0 'hisparse-router[conform]'` (the CPU torch and "
+                "the light dependencies SGLang's start-up code imports, pinned), then "
+                "`pip install --no-deps sglang==0.5.23` (its own requirements would pull a CUDA torch; "
+                "Python 3.11+)")
 
 
 class UnknownVersion(EngineError, ValueError):

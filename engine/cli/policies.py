@@ -1,0 +1,71 @@
+"""`hisparse policies export DIR`: a copy of the shipped policies (every version of every family,
+their test cases and the schema) to edit, from a checkout or an installed wheel alike. The copy is
+made in a temporary folder next to DIR and renamed into place, so DIR is either complete or not
+there; an existing DIR that is not empty is never written into."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from engine.cli.options import OK, Parser, UsageError
+from engine.files.shipped import shipped_policy_dir
+from engine.values import shown
+
+
+def shipped_files() -> list[str]:
+    """The shipped policy folder's files, relative to it: <family>/v<N>.yaml,
+    <family>/tests/v<N>.yaml and schema/*.json."""
+    root = shipped_policy_dir()
+    found = []
+    for base, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+        for name in sorted(files):
+            if name.endswith((".yaml", ".json")):
+                found.append(os.path.relpath(os.path.join(base, name), root))
+    return found
+
+
+def export(dest: str) -> list[str]:
+    """Copy the shipped policies into the new folder `dest`; the files written, relative to it.
+    Raises UsageError when dest exists and is not empty, or the copy fails (nothing is left)."""
+    what = f"hisparse policies export: {shown(dest)}"
+    if os.path.lexists(dest) and not (os.path.isdir(dest) and not os.path.islink(dest) and not os.listdir(dest)):
+        raise UsageError(f"{what} exists and is not an empty folder: name a new one (nothing was written)")
+    parent = os.path.dirname(os.path.abspath(dest))
+    files = shipped_files()
+    try:
+        staging = tempfile.mkdtemp(prefix=".policies-export-", dir=parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # a folder of the user's, not mkdtemp's private one
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write in {parent}: {exc.strerror or exc}") from None
+    try:
+        for rel in files:
+            os.makedirs(os.path.join(staging, os.path.dirname(rel)), exist_ok=True)
+            shutil.copyfile(os.path.join(shipped_policy_dir(), rel), os.path.join(staging, rel))
+        if os.path.isdir(dest):
+            os.rmdir(dest)  # empty: checked above
+        os.rename(staging, dest)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UsageError(f"{what}: {exc.strerror or exc} (nothing was written)") from None
+    return files
+
+
+def cmd_policies(argv) -> int:
+    parser = Parser(prog="hisparse policies",
+                    description="The shipped policy files. export DIR: copy every version of every family, "
+                                "their test cases and the schema into the new folder DIR, to edit, check, "
+                                "test and diff (use it by name with --policy-dir DIR).")
+    parser.add_argument("action", choices=("export",), help="export: copy the shipped policies")
+    parser.add_argument("folder", metavar="DIR", help="a new (or empty) folder")
+    ns = parser.parse_args(argv)
+    files = export(ns.folder)
+    from engine.policy.loader import list_families
+
+    families = list_families(ns.folder)
+    listed = "; ".join(f"{family} versions {', '.join(map(str, versions))}" for family, versions in families.items())
+    print(f"exported {len(files)} files to {ns.folder}: {listed}, with their test cases and the schema")
+    return OK

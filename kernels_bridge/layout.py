@@ -1,0 +1,36 @@
+"""The sizes the bridge's rows, kernels and hot buffer are made of, as plain numbers: no torch, so
+`hisparse attend` checks and sizes a workload before torch is imported (fp8.py, validate.py and
+hot_buffer.py take them from here)."""
+from __future__ import annotations
+
+D_NOPE = 512          # quantized dims (the latent, also V)
+D_ROPE = 64           # rotary dims, kept in bf16
+D_QK = D_NOPE + D_ROPE  # 576
+D_V = 512
+TILE = 128            # dims per FP8 scale
+NUM_TILES = D_NOPE // TILE  # 4
+SCALE_BYTES = 4 * NUM_TILES  # 16
+FP8_ROW_BYTES = D_NOPE + SCALE_BYTES + 2 * D_ROPE  # 656
+BF16_ROW_BYTES = 2 * D_QK  # 1152
+
+HEAD_COUNTS = (64, 128)       # the head counts FlashMLA instantiates
+PREFILL_TOPK_MULTIPLE = 128   # flashmla_sparse (safe on SM90 and SM100 at both head counts)
+DECODE_TOPK_MULTIPLE = 64     # flashmla_kv (the decode kernels' B_TOPK)
+PAGE_SIZE = 64                # HiSparse's page: the hot buffer views as FlashMLA's paged cache
+STAGING_BYTES = 8 << 20       # a hot-buffer copy's staging: about 12k FP8 or 7k BF16 rows per chunk
+
+
+def slot_bytes(device_type: str, buffer_size: int) -> int:
+    """Bytes of one entry of the hot buffer's position -> slot map: int16 on the CPU when slot
+    numbers fit (as SGLang's lru_slots), elsewhere int32 (portable atomics)."""
+    return 2 if device_type == "cpu" and buffer_size < 2**15 else 4
+
+
+def hot_buffer_bytes(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
+                     row_bytes: int, device_type: str = "cpu") -> int:
+    """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position maps
+    and LRU order, the staging of a copy."""
+    rows = num_requests * (buffer_size + page_size) * row_bytes
+    state = (num_requests * buffer_size * 8 * 2
+             + (num_requests * max_seq_len + 1) * slot_bytes(device_type, buffer_size))
+    return rows + state + min(STAGING_BYTES, rows)
