@@ -67,11 +67,13 @@ def memory_budget(device=None) -> Tuple[int, str]:
     return int(available * MEMORY_FRACTION), "half of the memory this process can still take"
 
 
-def memory_available(device: Optional[torch.device] = None) -> Tuple[int, str]:
+def memory_available(device=None) -> Tuple[int, str]:
     """(bytes that can still be allocated on `device` at all, how the figure was found): a limit
     raised with --max-memory or HISPARSE_MEMORY_LIMIT never goes past it, so a workload the
     machine cannot hold is refused before the allocator fails half-way."""
-    if device is not None and torch.device(device).type == "cuda":
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free), f"the free memory of {device}"
     return _host_available(), "the memory this process can still take"

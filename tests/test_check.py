@@ -23,7 +23,9 @@ def test_shipped_policies_pass(capsys):
     code, out, err = run_cli(capsys, "check")
     assert code == 0, out + err
     assert out.startswith("checked ") and out.rstrip().endswith("0 problem(s) in 0 file(s)")  # the summary alone
-    assert err == ""
+    # only notes on stderr: the known gaps a version declares (routes SGLang takes that its
+    # backends cannot run), never a problem
+    assert all(line.startswith("note: ") and "known gap" in line for line in err.splitlines())
     code, out, err = run_cli(capsys, "check", "policies/")
     assert code == 0 and out.startswith("checked ") and len(out.splitlines()) == 1
 

@@ -17,8 +17,11 @@ def large(tmp_path_factory):
     base = engine.load_policy(DEFAULT_POLICY)
     with open(base.path, encoding="utf-8") as fh:
         text = fh.read()
-    text += "".join(f'    - {{name: extra{i}, require: {{sm_major: {{">=": 8}}}}, message: m}}\n'
+    extra = "".join(f'    - {{name: extra{i}, require: {{sm_major: {{">=": 8}}}}, message: m}}\n'
                     for i in range(EXTRA_RULES))
+    # the rules go at the end of the checks, before whatever top-level section follows them
+    head, sep, tail = text.partition("\ncapabilities:")
+    text = head.rstrip("\n") + "\n" + extra + (sep + tail if sep else "")
     folder = tmp_path_factory.mktemp("large")
     path = write_policy(folder, text, f"{base.family}/{base.path.rsplit('/', 1)[1]}")
     policy = engine.load_policy(path)

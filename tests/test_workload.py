@@ -71,7 +71,7 @@ def test_a_pairing_the_policy_rejects_exits_1(capsys):
     (["--hisparse-device-buffer-size", "200"], "--hisparse-device-buffer-size 200: a multiple of 64"),
     (["--heads", "96"], "--heads 96"),
     (["--locality", "1.5"], "--locality 1.5"),
-    (["--no-enable-hisparse", "--sm-major", "10", "--kv-cache-dtype", "fp8_e4m3"], "the policy chose 'trtllm'"),
+    (["--no-enable-hisparse", "--sm-major", "10", "--kv-cache-dtype", "fp8_e4m3"], "routes decode to trtllm"),
 ])
 def test_bad_workloads_exit_2(capsys, args, text):
     code, _, err = run_cli(capsys, "attend", "--policy", "dsa-backends@2", *small_with(args))

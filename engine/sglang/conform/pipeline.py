@@ -52,7 +52,7 @@ import os
 import warnings
 
 from engine.errors import EngineError
-from engine.sglang.conform.protocol import Case, Result
+from engine.sglang.conform.protocol import Case, Result, is_routing_record
 
 # the releases this driver was checked on, oldest first; VERSION is the newest
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
@@ -300,8 +300,7 @@ class _Capture(logging.Handler):
         self.lines: list[str] | None = None  # None between cases
 
     def emit(self, record):
-        if (self.lines is not None and record.levelno == logging.WARNING
-                and record.funcName in ROUTING_FUNCTIONS):
+        if self.lines is not None and is_routing_record(record, ROUTING_FUNCTIONS):
             self.lines.append(record.getMessage())
 
 

@@ -63,7 +63,7 @@ import traceback
 import warnings
 
 from engine.sglang.conform.machine import PatchedHelpers
-from engine.sglang.conform.protocol import Case, Result
+from engine.sglang.conform.protocol import Case, Result, is_routing_record
 
 
 class Names:
@@ -184,7 +184,7 @@ class _Collect(logging.Handler):
         self.lines: list = []
 
     def emit(self, record):
-        if record.levelno == logging.WARNING and record.funcName in self.functions:
+        if is_routing_record(record, self.functions):
             self.lines.append(record.getMessage())
 
 

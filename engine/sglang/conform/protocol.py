@@ -32,3 +32,14 @@ class Result:
     where: str | None = None  # innermost SGLang frame of the raise: "srt/arg_groups/x.py:107 func"
     error_type: str | None = None  # the exception's class name (SystemExit for parser errors)
     extra: dict = field(default_factory=dict, compare=False)  # driver notes (not compared)
+
+
+def is_routing_record(record, functions) -> bool:
+    """Whether a log record is a routing log line: a WARNING from one of `functions`, and, for
+    argparse_actions' deprecation notice, one about a DSA backend flag's old --nsa-* spelling
+    (SGLang prints that notice for every deprecated flag given, most of them not routing's)."""
+    import logging
+
+    if record.levelno != logging.WARNING or record.funcName not in functions:
+        return False
+    return record.funcName != "print_deprecated_warning" or "--nsa-" in record.getMessage()

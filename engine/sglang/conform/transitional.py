@@ -35,7 +35,7 @@ import sys
 import warnings
 
 from engine.sglang.conform.prepipeline import ParserError, installed_version, where_raised
-from engine.sglang.conform.protocol import Case, Result
+from engine.sglang.conform.protocol import Case, Result, is_routing_record
 
 VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
 VERSION = VERSIONS[-1]  # the newest release this driver runs; `version()` is the installed one
@@ -70,7 +70,7 @@ class _Collect(logging.Handler):
         self.lines: list = []
 
     def emit(self, record):
-        if record.levelno == logging.WARNING and record.funcName in ROUTING_FUNCTIONS:
+        if is_routing_record(record, ROUTING_FUNCTIONS):
             self.lines.append(record.getMessage())
 
 
