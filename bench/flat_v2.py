@@ -9,8 +9,8 @@ WARN_BACKEND_WITHOUT_DTYPE = (
     "--kv-cache-dtype (e.g., 'fp8_e4m3' or 'bfloat16'). DeepSeek V3.2 defaults to FP8 KV cache "
     "which may not be compatible with all backends.")
 DSA_DTYPE = "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype"
-NOT_DSA = ("--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models now"
-           "(e.g., DeepSeek V3.2, GLM-5). ")
+NOT_DSA = ("--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+           "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now. ")
 RADIX = "Hierarchical sparse attention currently requires --disable-radix-cache."
 ALLOWED = {"bfloat16": ("flashmla_sparse",), "fp8_e4m3": ("flashmla_kv",)}
 EITHER = ("flashmla_kv", "flashmla_sparse")

@@ -27,7 +27,7 @@ def test_refs():
 
 @pytest.mark.parametrize("ref, code, text", [
     ("nsa-backend", "R601", "did you mean 'dsa-backends'?"),
-    ("dsa-backends@9", "R601", "available: dsa-backends@1"),
+    ("dsa-backends@99", "R601", "available: dsa-backends@1"),
     ("NSA backends!", "R602", "expected FAMILY, FAMILY@N"),
     ("missing/file.yaml", "E101", "cannot read file"),
 ])

@@ -48,7 +48,7 @@ def test_boolean_negation_and_sm(capsys):
     (["--kv-cache-dtype", "fp8_e4m4"], "C502: kv-cache-dtype: 'fp8_e4m4' is not a valid value"),
     (["--sm-major", "ten"], "invalid int value"),
     (["--kv-cache-dtyp", "bf16"], "unrecognized arguments"),
-    (["--policy", "dsa-backends@7"], "R601"),
+    (["--policy", "dsa-backends@77"], "R601"),
 ])
 def test_bad_usage_exit_2_without_traceback(capsys, argv, text):
     code, out, err = run_cli(capsys, "evaluate", *argv)

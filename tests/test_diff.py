@@ -73,7 +73,9 @@ def test_patterns_describe_exactly_the_changed_configs():
 def test_identical_policies_are_equivalent(capsys):
     code, out, _ = run_cli(capsys, "diff", "dsa-backends@2", "dsa-backends@2")
     assert code == 0
-    assert out.strip() == "dsa-backends@2 -> dsa-backends@2: equivalent on all 12288 configs"
+    # both sides are one version: each is labelled by its file too
+    assert out.strip() == ("dsa-backends@2 (policies/dsa-backends/v2.yaml) -> dsa-backends@2 "
+                           "(policies/dsa-backends/v2.yaml): equivalent on all 12288 configs")
 
 
 def test_cli_formats_and_exit_codes(capsys):

@@ -10,7 +10,7 @@ _PUBLIC = {
     "apply": "routing", "resolution_step": "routing",
     "ASSERTED_RULES": "server_args", "raise_refusal": "server_args", "ServerArgsError": "server_args",
     "config_from_launch": "launch", "launch_args": "launch", "launch_layers": "launch",
-    "model_family": "models", "model_inputs": "models", "model_is_dsa": "models",
+    "model_inputs": "models", "model_is_dsa": "models",
 }
 __all__ = list(_PUBLIC)
 

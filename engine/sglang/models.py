@@ -127,11 +127,6 @@ def model_is_dsa(model_path: str) -> bool | None:
     return identify(model_path).dsa
 
 
-def model_family(model_path: str) -> str | None:
-    """The DSA family a model path names (deepseek_v32, glm5, glm5_next), or None."""
-    return identify(model_path).family
-
-
 def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
     """(the inputs the model path decides, notes) for the policy's dsa_model and model_family
     inputs, where it declares them. Raises ConfigError for an unreadable config.json."""

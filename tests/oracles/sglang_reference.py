@@ -1,6 +1,6 @@
 """An independent, hand-written transcription of SGLang's DSA (NSA) backend routing, written from
-the behaviour of sgl-project/sglang's server_args.py at PR #23013 (version 2) and at its parent
-(version 1). It is the oracle the policies are tested against. It shares no code with the engine.
+the behaviour of sgl-project/sglang's server_args.py at PR #23013 as released in 0.5.12 (version 2:
+the PR's routing, with 0.5.12's text for a non-DSA model) and at its parent (version 1). It is the oracle the policies are tested against. It shares no code with the engine.
 """
 from __future__ import annotations
 
@@ -96,6 +96,11 @@ def _handle_dsa_model(args: ServerArgs, version: int) -> None:
 
 def _check_hisparse(args: ServerArgs, version: int) -> None:
     if not args.dsa_model:
+        if version >= 2:  # the release 0.5.12 (hisparse_hook.py:61-64), not the PR's merge commit
+            raise ValueError(
+                "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+                "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now. "
+            )
         raise ValueError(
             "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models now"
             "(e.g., DeepSeek V3.2, GLM-5). "
