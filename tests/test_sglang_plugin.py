@@ -109,7 +109,7 @@ def sglang_0523():
     version, reason = installed_sglang()
     if version != "0.5.23":
         pytest.skip(f"needs SGLang 0.5.23: {reason}")
-    from engine.sglang.conform import sglang_0523 as driver
+    from engine.sglang.conform import pipeline as driver
 
     driver.import_sglang()
     return driver
