@@ -28,10 +28,14 @@ for release in $RELEASES; do
   fi
   rm -f "$log"
   start=$(date +%s)
-  out=$("$ENVS/sglang-$release/bin/hisparse" conform --policy "sglang==$release" --sample "$SAMPLE" --seed "$SEED" 2>&1)
+  err=$(mktemp)
+  out=$("$ENVS/sglang-$release/bin/hisparse" conform --policy "sglang==$release" --sample "$SAMPLE" --seed "$SEED" 2>"$err")
   rc=$?
   echo "SGLang $release ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | head -1)"
-  if [ $rc -ne 0 ]; then printf '%s\n' "$out" | sed 's/^/    /' | head -40; failed+=("$release"); fi
+  if [ $rc -ne 0 ]; then
+    { printf '%s\n' "$out"; grep -v '^conform: ' "$err"; } | sed 's/^/    /' | head -40; failed+=("$release")
+  fi
+  rm -f "$err"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "conform-releases: ${#failed[@]} release(s) failed: ${failed[*]}"; exit 1
