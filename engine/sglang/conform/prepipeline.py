@@ -102,6 +102,19 @@ class ParserError(SystemExit):
         return self.message
 
 
+def release_parser(server_args_class) -> argparse.ArgumentParser:
+    """The release's own `sglang serve` parser (ServerArgs.add_cli_args), raising ParserError
+    where argparse would print usage and exit."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    server_args_class.add_cli_args(parser)
+
+    def error(message):
+        raise ParserError(message)
+
+    parser.error = error
+    return parser
+
+
 # -- import-time stand-ins -----------------------------------------------------------------------
 class _NoImageProcessors:
     """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
@@ -259,14 +272,7 @@ class Driver:
                                "this release; this driver cannot read its routing")
         self.sa_module = server_args
         self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        parser = argparse.ArgumentParser(prog="sglang serve")
-        server_args.ServerArgs.add_cli_args(parser)
-
-        def error(message):
-            raise ParserError(message)
-
-        parser.error = error
-        self.parser = parser
+        self.parser = release_parser(server_args.ServerArgs)
         self.check = self.check_factory(server_args)
         self.models = ModelDirs()
         for architecture in ARCHITECTURES:

@@ -26,7 +26,6 @@ model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-
 shares."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import logging
@@ -34,7 +33,7 @@ import os
 import sys
 import warnings
 
-from engine.sglang.conform.prepipeline import ParserError, installed_version, where_raised
+from engine.sglang.conform.prepipeline import ParserError, installed_version, release_parser, where_raised
 from engine.sglang.conform.protocol import Case, Result, is_routing_record
 
 VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
@@ -122,14 +121,7 @@ class _Release:
         self.hisparse_validation = overrides._hisparse_validation
         self.parse_hisparse_config = parse_hisparse_config
         self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        parser = argparse.ArgumentParser(prog="sglang serve")
-        self.ServerArgs.add_cli_args(parser)
-
-        def error(message):
-            raise ParserError(message)
-
-        parser.error = error
-        self.parser = parser
+        self.parser = release_parser(self.ServerArgs)
         self.models = ModelFolders()
         self.platform = PatchedHelpers()
 
