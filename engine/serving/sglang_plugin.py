@@ -10,7 +10,8 @@ decision to FILE in the --record format (engine/serving/records.py).
 
 It fails loudly: `load_plugins()` logs and ignores a plugin's exceptions, so a problem here
 (a policy that does not load, a record file that cannot be written: exit 2; an SGLang release
-whose routing this does not know, or a hook target it lacks: exit 1) prints one line on stderr
+whose routing this does not know (before 0.5.11), or a hook target it lacks or holds in another
+shape: exit 1) prints one line on stderr
 and raises SystemExit, which stops the launch. A hook SGLang failed to apply stops the launch at
 the guard, a BEFORE hook on the resolution entry point, with RuntimeError naming the target."""
 from __future__ import annotations
@@ -29,7 +30,7 @@ def register() -> None:
 
     family = family_of(release)
     if family is None:
-        _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.15 and later)")
+        _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.11 and later)")
     originals = {}
     for target in family.targets():
         try:
@@ -43,9 +44,13 @@ def register() -> None:
 
         def on_decision(decision, given):
             append_records(record, [decision], [given])
+    from engine.sglang.hook_targets import DTYPE_METHOD
     from engine.sglang.routing_hooks import PolicyRouting
 
-    routing = PolicyRouting(policy, shown_as, on_decision)
+    # before 0.5.15 the hooks run only where SGLang's own gate found a DSA model (the methods in its
+    # DSA branch, the inline check after its model assert)
+    env = {"dsa_model": True} if DTYPE_METHOD in family.replace.values() else {}
+    routing = PolicyRouting(policy, shown_as, on_decision, env)
     _register(family, routing, originals, release)
 
 
@@ -109,14 +114,29 @@ def _register(family, routing, originals, release) -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from engine.sglang.hook_targets import BACKEND_CHECK
+    from engine.sglang.hook_targets import BACKEND_CHECK, BACKEND_METHOD, INLINE_CHECK
+    from engine.sglang.inline_check import NotInline
 
     hooks = {}
-    for target, role in family.replace.items():
-        logger = logging.getLogger(originals[target].__module__)
+    for target, role in family.replace.items():  # every hook built before any is registered
+        original = originals[target]
+        logger = logging.getLogger(original.__module__)
         factory = getattr(routing, role)
-        hooks[target] = factory(logger) if role == BACKEND_CHECK else factory(originals[target], logger)
-        HookRegistry.register(target, hooks[target], HookType.REPLACE)
+        if role == BACKEND_CHECK:
+            hooks[target] = factory(logger)
+        elif role == INLINE_CHECK:
+            try:
+                hooks[target] = factory(original, family.inline[target], logger)
+            except NotInline as exc:
+                _stop(1, f"SGLang {release}'s {target} does not hold the HiSparse check where this release "
+                         f"keeps it: {exc}; the policy cannot replace its routing there")
+        elif role == BACKEND_METHOD and family.hisparse_line:
+            line_of = originals[family.hisparse_line]
+            hooks[target] = factory(original, logger, (logging.getLogger(line_of.__module__), line_of))
+        else:
+            hooks[target] = factory(original, logger)
+    for target, hook in hooks.items():
+        HookRegistry.register(target, hook, HookType.REPLACE)
 
     def hisparse_router_guard(*args, **kwargs):
         """Before resolution: every replacement is in place, and is the last one registered on

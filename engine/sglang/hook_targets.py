@@ -10,19 +10,38 @@ import re
 
 # the role of each replaced function (a PolicyRouting factory, engine/sglang/routing_hooks.py)
 DTYPE, BACKENDS, BACKEND_CHECK = "dtype_pass", "backend_pass", "backend_check"
+# before 0.5.15: ServerArgs methods that write the fields themselves
+DTYPE_METHOD, BACKEND_METHOD = "dtype_method", "backend_method"
+# an SGLang function whose HiSparse backend/dtype statements are inline: compiled from its own
+# source with those statements replaced by the policy's check (engine/sglang/inline_check.py)
+INLINE_CHECK = "inline_check"
+
+
+class Inline:
+    """Where an inline HiSparse check sits in `target`: the statements of the `if self.enable_hisparse:`
+    block preceded by `# Check hisparse` (`block`), else of the function body, from the first one
+    that raises a ValueError starting "HiSparse" to the end, which raises one too: `count` of them."""
+
+    def __init__(self, block: str | None, count: int):
+        self.block, self.count = block, count
 
 
 class HookFamily:
     """The releases that keep their routing in the same functions."""
 
-    def __init__(self, name: str, first: tuple, last: tuple | None, replace: dict, guard: str):
+    def __init__(self, name: str, first: tuple, last: tuple | None, replace: dict, guard: str,
+                 inline: dict | None = None, hisparse_line: str | None = None):
         self.name = name
         self.first, self.last = first, last  # the releases it covers (last None: and later)
         self.replace = replace  # dotted target -> role
         self.guard = guard  # the resolution entry point: the guard checks the hooks before it runs
+        self.inline = inline or {}  # INLINE_CHECK target -> Inline
+        # the function that logs the HiSparse backend line (before 0.5.15, from 0.5.12): the
+        # backend method logs that line as a record of it, as SGLang does
+        self.hisparse_line = hisparse_line
 
     def targets(self) -> list[str]:
-        return [*self.replace, self.guard]
+        return [*self.replace, self.guard] + ([self.hisparse_line] if self.hisparse_line else [])
 
 
 # SGLang 0.5.19 to 0.5.23: resolution passes `fn(view) -> {field: value}` in
@@ -49,7 +68,56 @@ PASSES_IN_METHODS = HookFamily(
     "sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments",
 )
 
-FAMILIES = (PASSES_IN_METHODS, PIPELINE)
+# Before 0.5.15 the routing is the body of two ServerArgs methods, run inside
+# _handle_model_specific_adjustments (from __post_init__), which write the fields themselves; the
+# HiSparse check runs in check_server_args (Engine._launch_subprocesses, after the HTTP server's
+# modules are imported).
+_SA = "sglang.srt.server_args.ServerArgs"
+_HOOK = "sglang.srt.arg_groups.hisparse_hook"
+GUARD_PRE = f"{_SA}._handle_model_specific_adjustments"
+
+# 0.5.14: `--dsa-*` methods; the backend check is hisparse_hook.validate_hisparse_dsa_backend, as later
+DSA_METHODS_0514 = HookFamily(
+    "ServerArgs._set_default_dsa_* methods (0.5.14)", (0, 5, 14), (0, 5, 14),
+    {f"{_SA}._set_default_dsa_kv_cache_dtype": DTYPE_METHOD,
+     f"{_SA}._set_default_dsa_backends": BACKEND_METHOD,
+     f"{_HOOK}.validate_hisparse_dsa_backend": BACKEND_CHECK},
+    GUARD_PRE, hisparse_line=f"{_HOOK}.apply_hisparse_dsa_backend_defaults",
+)
+
+# 0.5.13, 0.5.13.post1: the same methods; the dtype and backend checks inline in validate_hisparse
+# (after `if is_v4_hisparse: return`: the dtype check, the allow-list, the backend loop)
+DSA_METHODS_0513 = HookFamily(
+    "ServerArgs._set_default_dsa_* methods (0.5.13)", (0, 5, 13), (0, 5, 13),
+    {f"{_SA}._set_default_dsa_kv_cache_dtype": DTYPE_METHOD,
+     f"{_SA}._set_default_dsa_backends": BACKEND_METHOD,
+     f"{_HOOK}.validate_hisparse": INLINE_CHECK},
+    GUARD_PRE, inline={f"{_HOOK}.validate_hisparse": Inline(None, 3)},
+    hisparse_line=f"{_HOOK}.apply_hisparse_dsa_backend_defaults",
+)
+
+# 0.5.12, 0.5.12.post1: `--nsa-*` methods; the checks inline in validate_hisparse, as 0.5.13
+NSA_METHODS_0512 = HookFamily(
+    "ServerArgs._set_default_nsa_* methods (0.5.12)", (0, 5, 12), (0, 5, 12),
+    {f"{_SA}._set_default_nsa_kv_cache_dtype": DTYPE_METHOD,
+     f"{_SA}._set_default_nsa_backends": BACKEND_METHOD,
+     f"{_HOOK}.validate_hisparse": INLINE_CHECK},
+    GUARD_PRE, inline={f"{_HOOK}.validate_hisparse": Inline(None, 3)},
+    hisparse_line=f"{_HOOK}.apply_hisparse_nsa_backend_defaults",
+)
+
+# 0.5.11: the methods log every line themselves; the HiSparse check is the "# Check hisparse"
+# statement inside check_server_args (its backend loop and dtype check after the model and
+# radix-cache asserts)
+NSA_METHODS_0511 = HookFamily(
+    "ServerArgs._set_default_nsa_* methods (0.5.11)", (0, 5, 11), (0, 5, 11),
+    {f"{_SA}._set_default_nsa_kv_cache_dtype": DTYPE_METHOD,
+     f"{_SA}._set_default_nsa_backends": BACKEND_METHOD,
+     f"{_SA}.check_server_args": INLINE_CHECK},
+    GUARD_PRE, inline={f"{_SA}.check_server_args": Inline("self.enable_hisparse", 2)},
+)
+
+FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_0514, PASSES_IN_METHODS, PIPELINE)
 
 
 def release_tuple(release: str) -> tuple:
@@ -59,7 +127,8 @@ def release_tuple(release: str) -> tuple:
 
 
 def family_of(release: str) -> HookFamily | None:
-    """The family covering the release; for a release newer than every family, the newest."""
+    """The family covering the release (0.5.11 on); for a release newer than every family, the
+    newest; None before 0.5.11 or for what is not a version."""
     at = release_tuple(release)
     if not at:
         return None

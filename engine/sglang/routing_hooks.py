@@ -69,8 +69,9 @@ class PolicyRouting:
     """The policy in place of SGLang's DSA passes, in one process. `on_decision(decision, given)`
     is called once for each decision the dtype pass makes (decision records)."""
 
-    def __init__(self, policy, shown_as: str | None = None, on_decision=None):
+    def __init__(self, policy, shown_as: str | None = None, on_decision=None, env: dict | None = None):
         self.policy = policy
+        self.env = env or {}  # inputs SGLang's own gate has settled where the hooks run (before 0.5.15: dsa_model)
         self.line = deciding_line(policy, shown_as)
         self.on_decision = on_decision
         self.phase_fields = {a for spec in policy.phases.values() for a in attr_names(policy, spec.input)}
@@ -87,7 +88,7 @@ class PolicyRouting:
         backend pass."""
         from engine.sglang.resolution import judge
 
-        decision, changes, given = judge(view, self.policy, {})
+        decision, changes, given = judge(view, self.policy, self.env)
         first, rest = split_log(self.policy, decision)
         current = self._current = [self._record(view), decision, changes, rest, False]
         if self.on_decision is not None:
@@ -146,8 +147,48 @@ class PolicyRouting:
             if current is None:
                 from engine.sglang.resolution import judge
 
-                decision, _, _ = judge(server_args, self.policy, {})
+                decision, _, _ = judge(server_args, self.policy, self.env)
                 current = [self._record(server_args), decision, {}, [], False]
             if not current[1].ok:
                 self._refuse(logger, current)
         return validate_hisparse_dsa_backend
+
+    # -- SGLang 0.5.11 to 0.5.14: ServerArgs methods that write the fields -------------------------
+    def dtype_method(self, original, logger):
+        """`ServerArgs._set_default_{nsa,dsa}_kv_cache_dtype(self, major, quantization)`: the
+        decision's KV dtype written, as SGLang writes it before its assert."""
+        def set_default_kv_cache_dtype(server_args, *args, **kwargs) -> None:
+            current = self._decide(server_args, logger, original)
+            for k, v in current[2].items():
+                if k not in self.phase_fields:
+                    setattr(server_args, k, v)
+            if refused_in(self.policy, current[1]) == "resolve":
+                self._refuse(logger, current)
+        return set_default_kv_cache_dtype
+
+    def backend_method(self, original, logger, hisparse_line=None):
+        """`ServerArgs._set_default_{nsa,dsa}_backends(self, kv_cache_dtype, major)`: the backends
+        written and the chosen default's line logged, under HiSparse as a record of
+        `hisparse_line` ((logger, function): SGLang's apply_hisparse_*_backend_defaults, from
+        0.5.12) as SGLang logs it there."""
+        def set_default_backends(server_args, *args, **kwargs) -> None:
+            current = self._kept(server_args) or self._decide(server_args, logger, original)
+            if refused_in(self.policy, current[1]) in ("resolve", "defaults"):
+                self._refuse(logger, current)
+            for k, v in current[2].items():
+                if k in self.phase_fields:
+                    setattr(server_args, k, v)
+            line_logger, line_of = (hisparse_line if hisparse_line and getattr(server_args, "enable_hisparse", False)
+                                    else (logger, original))
+            for line in current[3]:
+                log_as(line_logger, line_of, line)
+            current[3] = []
+            self._name_the_policy(logger, current)
+        return set_default_backends
+
+    def inline_check(self, original, where, logger):
+        """SGLang's function holding the HiSparse checks inline (engine/sglang/inline_check.py),
+        compiled from its source with them replaced by the policy's check. Raises NotInline."""
+        from engine.sglang.inline_check import compile_with_check
+
+        return compile_with_check(original, where, self.backend_check(logger))
