@@ -4,8 +4,9 @@ module itself): the plugin in-process against that release's own code. Prints on
     python tests/sglang_release_probe.py grid REF            the conform driver's launch path over a
                                                             grid of over 1,000 configs, natively and
                                                             with the plugin on REF
-    python tests/sglang_release_probe.py full REF ARGV...    SGLang's own prepare_server_args and
-                                                            check_server_args on one launch (the GPU
+    python tests/sglang_release_probe.py full REF JSON       SGLang's own prepare_server_args and
+                                                            check_server_args on each launch of JSON
+                                                            (a list of argument lists; the GPU
                                                             stand-in of tests/fixtures/sglang_standin),
                                                             natively and with the plugin on REF
 
@@ -65,13 +66,13 @@ def grid(ref: str) -> dict:
             "differ": len(differ), "first_differences": differ[:5]}
 
 
-def full(ref: str, argv: list) -> dict:
+def full(ref: str, argvs: list) -> list:
     import hisparse_test_gpu
 
     hisparse_test_gpu.fake_gpu()
     from sglang.srt.server_args import prepare_server_args
 
-    def launch():
+    def launch(argv):
         try:
             args = prepare_server_args(argv)
             args.check_server_args()
@@ -81,12 +82,12 @@ def full(ref: str, argv: list) -> dict:
                               "dsa_decode_backend") if hasattr(args, f)]
         return {"ok": True, "values": {f: getattr(args, f) for f in fields}}
 
-    native = launch()
+    native = [launch(argv) for argv in argvs]
     activate(ref)
-    return {"sglang": native, "plugin": launch()}
+    return [{"sglang": a, "plugin": launch(argv)} for a, argv in zip(native, argvs)]
 
 
 if __name__ == "__main__":
     mode, ref, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-    out = grid(ref) if mode == "grid" else full(ref, rest)
+    out = grid(ref) if mode == "grid" else full(ref, json.loads(rest[0]))
     print("PROBE " + json.dumps(out))
