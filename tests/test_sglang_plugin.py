@@ -92,12 +92,108 @@ def _first_line_for(path, monkeypatch, capsys) -> str:
 
 
 def test_the_hook_families_cover_the_releases_they_name():
-    from engine.sglang.hook_targets import PASSES_IN_METHODS, PIPELINE, family_of
+    from engine.sglang import hook_targets as t
 
-    assert family_of("0.5.23") is PIPELINE and family_of("0.5.19") is PIPELINE
-    assert family_of("0.6.0") is PIPELINE  # newer: driven only when its targets exist (checked at launch)
-    assert family_of("0.5.15.post1") is PASSES_IN_METHODS and family_of("0.5.18") is PASSES_IN_METHODS
-    assert family_of("0.5.14") is None and family_of("unknown") is None
+    assert t.family_of("0.5.23") is t.PIPELINE and t.family_of("0.5.19") is t.PIPELINE
+    assert t.family_of("0.6.0") is t.PIPELINE  # newer: driven only when its targets exist (checked at launch)
+    assert t.family_of("0.5.15.post1") is t.PASSES_IN_METHODS and t.family_of("0.5.18") is t.PASSES_IN_METHODS
+    assert t.family_of("0.5.14") is t.DSA_METHODS_0514 and t.family_of("0.5.13.post1") is t.DSA_METHODS_0513
+    assert t.family_of("0.5.12.post1") is t.NSA_METHODS_0512 and t.family_of("0.5.11") is t.NSA_METHODS_0511
+    assert t.family_of("0.5.10") is None and t.family_of("unknown") is None
+    # before 0.5.15 the methods are replaced and the guard runs before the adjustments that call them
+    for family in (t.NSA_METHODS_0511, t.NSA_METHODS_0512, t.DSA_METHODS_0513, t.DSA_METHODS_0514):
+        assert {t.BACKEND_METHOD, t.DTYPE_METHOD} < set(family.replace.values())
+        assert family.guard.endswith("ServerArgs._handle_model_specific_adjustments")
+        assert set(family.inline) == {k for k, role in family.replace.items() if role == t.INLINE_CHECK}
+
+
+# SGLang-shaped functions for the inline check (0.5.11's check_server_args, 0.5.12's validate_hisparse)
+INLINE_SOURCE = '''
+def check_server_args(self):
+    assert self.tp_size > 0, "tp_size must be positive"
+
+    # Check hisparse
+    if self.enable_hisparse:
+        assert self.disable_radix_cache, "Hierarchical sparse attention currently requires --disable-radix-cache."
+        for attr, label in [("nsa_prefill_backend", "prefill"), ("nsa_decode_backend", "decode")]:
+            backend = getattr(self, attr)
+            if backend is not None and backend != "flashmla_sparse":
+                raise ValueError(f"HiSparse requires flashmla_sparse NSA {label} backend, but got {backend}.")
+        if self.kv_cache_dtype != "bfloat16":
+            raise ValueError(f"HiSparse requires bfloat16 KV cache, but got {self.kv_cache_dtype}.")
+
+    assert self.schedule_conservativeness >= 0, "schedule_conservativeness must be non-negative"
+    return LATER
+
+
+def validate_hisparse(server_args):
+    if not server_args.enable_hisparse:
+        return
+    allowed = {"flashmla_sparse"}
+    if server_args.kv_cache_dtype not in ("bfloat16",):
+        raise ValueError("HiSparse requires bfloat16")
+    allowed = ALLOWED
+    for backend in (server_args.nsa_decode_backend,):
+        if backend not in allowed:
+            raise ValueError(f"HiSparse with {backend}")
+'''
+
+
+@pytest.fixture
+def inline_module(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "sglang_shaped.py").write_text(INLINE_SOURCE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("sglang_shaped")
+    yield module
+    sys.modules.pop("sglang_shaped", None)
+
+
+def test_an_inline_check_is_replaced_by_the_policys_and_nothing_else(inline_module):
+    """Only the statements from the first HiSparse raise to the end of the block are replaced: the
+    asserts before and after stay the function's own, read in its module's globals, with its line
+    numbers; the policy's check gets the function's first argument."""
+    import types
+
+    from engine.sglang.hook_targets import Inline
+    from engine.sglang.inline_check import compile_with_check
+
+    seen = []
+    compiled = compile_with_check(inline_module.check_server_args, Inline("self.enable_hisparse", 2), seen.append)
+    inline_module.LATER = "module global, read at call time"
+    args = types.SimpleNamespace(tp_size=1, enable_hisparse=True, disable_radix_cache=True, nsa_prefill_backend="fa3",
+                                 nsa_decode_backend=None, kv_cache_dtype="fp8_e4m3", schedule_conservativeness=1)
+    assert compiled(args) == "module global, read at call time" and seen == [args]  # SGLang's raises are gone
+    args.disable_radix_cache = False
+    with pytest.raises(AssertionError, match="requires --disable-radix-cache") as exc:
+        compiled(args)
+    assert exc.traceback[-1].lineno + 1 == INLINE_SOURCE.splitlines().index(
+        "        assert self.disable_radix_cache, \"Hierarchical sparse attention currently requires "
+        "--disable-radix-cache.\"") + 1 and str(exc.traceback[-1].path).endswith("sglang_shaped.py")
+    args.disable_radix_cache, args.schedule_conservativeness = True, -1
+    with pytest.raises(AssertionError, match="schedule_conservativeness"):
+        compiled(args)
+    assert compiled.__qualname__ == "check_server_args" and len(seen) == 2
+    seen.clear()
+    validate = compile_with_check(inline_module.validate_hisparse, Inline(None, 3), seen.append)
+    args = types.SimpleNamespace(enable_hisparse=True, kv_cache_dtype="fp8_e4m3", nsa_decode_backend="fa3")
+    assert validate(args) is None and seen == [args]
+
+
+def test_a_function_without_the_inline_check_where_expected_is_refused(inline_module):
+    from engine.sglang.hook_targets import Inline
+    from engine.sglang.inline_check import NotInline, compile_with_check
+
+    for function, where, why in [
+        (inline_module.check_server_args, Inline("self.enable_hisparse", 3), "3 statements"),
+        (inline_module.check_server_args, Inline("self.enable_hicache", 2), "0 '# Check hisparse' statements"),
+        (inline_module.check_server_args, Inline(None, 2), "does not end its body"),
+        (inline_module.validate_hisparse, Inline(None, 2), "does not end its body"),
+        (print, Inline(None, 2), "source cannot be read"),
+    ]:
+        with pytest.raises(NotInline, match=why):
+            compile_with_check(function, where, print)
 
 
 # -- SGLang 0.5.23 -----------------------------------------------------------------------------------

@@ -4,10 +4,13 @@
 # For each release listed in a shipped version's upstream.releases: its environment (make
 # conform-env: tools/sglang-env.sh, shared base environments), then `hisparse conform --policy
 # sglang==RELEASE` on a stratified sample (default 1,000 configs, seed 1: every value of every
-# input appears), which must agree on every config. Prints one line per release and exits 1 when
-# any release differs or cannot run.
+# input appears), which must agree on every config. Then the SGLang plugin's tests
+# (tests/test_sglang_plugin_releases.py) in the environment of one release of each hook family
+# before 0.5.19 (PLUGIN_RELEASES; `make test` covers 0.5.23's). Prints one line per release and
+# per plugin run, and exits 1 when any release differs, cannot run, or fails a plugin test.
 set -uo pipefail
 SAMPLE=${1:-1000} SEED=${2:-1}
+PLUGIN_RELEASES=${PLUGIN_RELEASES-0.5.11 0.5.12 0.5.14 0.5.16}  # 0.5.13: 0.5.12's check, 0.5.14's names
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 ENVS=${HISPARSE_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/hisparse/sglang-envs}
@@ -37,7 +40,22 @@ for release in $RELEASES; do
   fi
   rm -f "$err"
 done
+for release in $PLUGIN_RELEASES; do
+  if [ ! -x "$ENVS/sglang-$release/bin/python" ]; then
+    bash "$ROOT/tools/sglang-env.sh" "$release" "$ENVS" >/dev/null 2>&1 \
+      || { echo "SGLang $release: environment FAILED (plugin tests)"; failed+=("plugin@$release"); continue; }
+  fi
+  start=$(date +%s)
+  out=$(cd "$ROOT" && HISPARSE_PLUGIN_RELEASE_ENV="$ENVS/sglang-$release" "$PY" -m pytest -q -p no:cacheprovider \
+        tests/test_sglang_plugin_releases.py 2>&1)
+  rc=$?
+  echo "SGLang $release plugin tests ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | tail -1)"
+  if [ $rc -ne 0 ]; then
+    printf '%s\n' "$out" | tail -60 | sed 's/^/    /'; failed+=("plugin@$release")
+  fi
+done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "conform-releases: ${#failed[@]} release(s) failed: ${failed[*]}"; exit 1
 fi
-echo "conform-releases: every modelled release agrees on its sample ($SAMPLE configs, seed $SEED)"
+echo "conform-releases: every modelled release agrees on its sample ($SAMPLE configs, seed $SEED)" \
+     "and the plugin drives ${PLUGIN_RELEASES:-no older release} as SGLang's own code"
