@@ -140,14 +140,15 @@ def validate_hisparse(server_args):
 
 
 @pytest.fixture
-def inline_module(tmp_path, monkeypatch):
-    import importlib
+def inline_module(tmp_path):
+    import importlib.util
 
-    (tmp_path / "sglang_shaped.py").write_text(INLINE_SOURCE, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("sglang_shaped")
-    yield module
-    sys.modules.pop("sglang_shaped", None)
+    path = tmp_path / "sglang_shaped.py"
+    path.write_text(INLINE_SOURCE, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("sglang_shaped", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_an_inline_check_is_replaced_by_the_policys_and_nothing_else(inline_module):
