@@ -226,7 +226,7 @@ def release():
         pytest.skip("SGLang is not installed")
     version = installed_release()
     if family_of(version) is None:
-        pytest.skip(f"SGLang {version}: the plugin drives 0.5.15 and later")
+        pytest.skip(f"SGLang {version}: the plugin drives 0.5.11 and later")
     return version
 
 
