@@ -520,3 +520,27 @@ def test_a_moved_target_or_a_hook_not_applied_stops_the_launch(sglang_0523, monk
         assert guard() is None
     finally:
         HookRegistry.reset()
+
+
+def test_a_function_that_no_longer_holds_its_inline_check_stops_the_launch(sglang_0523, monkeypatch, capsys):
+    """A release whose function with an inline HiSparse check (as 0.5.12's validate_hisparse) holds
+    it elsewhere: 0.5.23's validate_hisparse calls validate_hisparse_dsa_backend instead. Exit 1,
+    one line naming the target and the release, nothing registered."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from engine.serving import sglang_plugin
+    from engine.sglang import hook_targets
+
+    target = "sglang.srt.arg_groups.hisparse_hook.validate_hisparse"
+    family = hook_targets.HookFamily("test", (0, 5, 23), None, {
+        **hook_targets.PIPELINE.replace, target: hook_targets.INLINE_CHECK}, hook_targets.PIPELINE.guard,
+        inline={target: hook_targets.Inline(None, 3)})
+    monkeypatch.setattr(hook_targets, "family_of", lambda release: family)
+    monkeypatch.setenv("HISPARSE_POLICY", FAMILY)
+    HookRegistry.reset()
+    with pytest.raises(SystemExit) as exc:
+        sglang_plugin.register()
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and err.count("\n") == 1, err
+    assert f"SGLang 0.5.23's {target} does not hold the HiSparse check where this release keeps it" in err
+    assert dict(HookRegistry._hooks) == {}

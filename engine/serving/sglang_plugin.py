@@ -11,8 +11,7 @@ decision to FILE in the --record format (engine/serving/records.py).
 It fails loudly: `load_plugins()` logs and ignores a plugin's exceptions, so a problem here
 (a policy that does not load, a record file that cannot be written: exit 2; an SGLang release
 whose routing this does not know (before 0.5.11), or a hook target it lacks or holds in another
-shape: exit 1) prints one line on stderr
-and raises SystemExit, which stops the launch. A hook SGLang failed to apply stops the launch at
+shape: exit 1) prints one line on stderr and raises SystemExit, which stops the launch. A hook SGLang failed to apply stops the launch at
 the guard, a BEFORE hook on the resolution entry point, with RuntimeError naming the target."""
 from __future__ import annotations
 
