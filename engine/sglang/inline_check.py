@@ -13,11 +13,13 @@ import ast
 import inspect
 import textwrap
 
+from engine.errors import EngineError
+
 CHECK = "__hisparse_router_check__"  # the name the policy's check has inside the compiled function
 MARK = "# Check hisparse"
 
 
-class NotInline(Exception):
+class NotInline(EngineError):
     """The function does not hold the inline check where it was expected."""
 
 
