@@ -14,7 +14,6 @@ from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_te
 from engine.files.document import Document
 from engine.files.shipped import placement
 from engine.files.reading import ReadError, decode_utf8
-from engine.files.yaml_reader import parse_yaml
 from engine.language.schema import schema_problems
 from engine.values import kind, shown, typed
 
@@ -40,6 +39,8 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:
     """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
+    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
+
     try:
         return parse_yaml(decode_utf8(data, display), display, digest)
     except ReadError as exc:
@@ -462,6 +463,7 @@ class Builder:
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",))
             rule.message = self.template(r.get("message"), path + ("message",), self._fields())
+            rule.raises = r.get("raises", rule.raises)
 
     def _defaults_rule(self, rule: Rule, r: dict, path: tuple):
         for phase, backend in r["set"].items():
@@ -488,6 +490,7 @@ class Builder:
     def _checks_rule(self, rule: Rule, r: dict, path: tuple):
         rule.for_each_phase = r.get("for_each") == "phase"
         rule.at = r.get("at", "checks")
+        rule.raises = r.get("raises", rule.raises)
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",), rule.for_each_phase)
         else:

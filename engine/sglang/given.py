@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.values import clip, kind, shown
-from engine.language.inputs import Record  # fields compared and shown like a dataclass's, without importing dataclasses
+from engine.language.record import Record
 from engine.suggest import closest, did_you_mean, near_miss
 
 MODEL_KEYS = ("model-path", "model")
