@@ -227,7 +227,7 @@ def _add_input_flags(parser, group, policy, defaults: dict) -> None:
 def flag_values(policy, ns) -> dict:
     """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
     the config is evaluated; errors name what was typed)."""
-    from engine.sglang.given import MODEL_KEYS, OPTIONS
+    from engine.sglang.given import SOURCE_KEYS
 
     given = {}
     deprecated = {}  # dest -> the flag, put in the order typed after the loop
@@ -245,7 +245,7 @@ def flag_values(policy, ns) -> dict:
     for dest in getattr(ns, TYPED, None) or ():
         if dest in deprecated and getattr(ns, dest, None) is not None:
             given[deprecated[dest][2:]] = getattr(ns, dest)
-    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+    for key in SOURCE_KEYS:
         value = getattr(ns, f"sglang__{key}", None)
         if value is not None:
             given[key] = value

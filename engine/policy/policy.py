@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from engine.errors import ConfigError, Problem
 from engine.language.decision import Decision
 from engine.language.interpreter import Trace, run
-from engine.suggest import closest, did_you_mean, near_miss
+from engine.suggest import did_you_mean, unknown_key
 from engine.values import INT_MAX, INT_MIN, kind, shown, typed
 
 
@@ -156,10 +156,7 @@ class Policy:
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
-            if doc is None:
-                return problem
-            line, col = doc.pos((key,), key=True)
-            return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+            return problem if doc is None else doc.placed(problem, key)
 
         for key, value in config.items():
             name = self.canonical_key(key)
@@ -169,9 +166,7 @@ class Policy:
                                            file, hint=note), key))
                 continue
             if name is None:
-                near = (near_miss(key, names) or closest(key, names)) if isinstance(key, str) else None
-                hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
-                problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
+                problems.append(at(unknown_key(key, names, self.input_names, file), key))
                 continue
             if name in out and out[name] != value:
                 problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
