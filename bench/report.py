@@ -9,13 +9,12 @@ import os
 from bench.common import RESULTS
 
 LABELS = {
-    "decision_cost_ratio": ("`policy.evaluate` vs a flat hand-written if/else with the same outputs (v2, 12,288 configs)",
-                            "x time"),
-    "cold_start_ratio": ("cold `hisparse evaluate` process vs `python -c 'import yaml, jsonschema'`", "x time"),
-    "first_load_ms": ("first policy load in a fresh process: import + load + compile (v3, cached)", "ms"),
+    "warm_decision_us": ("a warm single decision, `policy.evaluate` (v2, each of its 12,288 configs in turn)", "us"),
+    "cold_start_ratio": ("cold `hisparse evaluate` process vs `python -c pass` in the same environment", "x time"),
+    "first_load_ms": ("first policy load in a fresh process: import + load (v8, its document cached)", "ms"),
     "torch_never_imported": ("`hisparse evaluate` never imports torch", ""),
-    "check_seconds": ("`hisparse check policies/`: deep lint of every shipped version, as a process", "s"),
-    "diff_seconds": ("`hisparse diff dsa-backends@2 dsa-backends@8` (373,248 configs), as a process", "s"),
+    "check_seconds": ("`hisparse check` of one shipped version, the largest (v10, 479,232 configs), as a process", "s"),
+    "diff_seconds": ("`hisparse diff dsa-backends@9 dsa-backends@10` (479,232 configs), as a process", "s"),
     "decode_vs_matmul_b1": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=1", "ratio"),
     "decode_vs_matmul_b8": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=8", "ratio"),
     "prefill_vs_matmul_b1": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=1", "ratio"),
@@ -106,25 +105,27 @@ def performance_notes() -> str:
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
     lines = [f"What the figures say ({heading}):", ""]
-    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see [api.md](api.md)):
-  `policy.evaluate` takes {dc['policy_us_per_decision']} us per config of the v2 domain asked again,
-  against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
-  flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
-  key check, the eight input checks, building the Decision) takes {dc['compiled_us_per_decision']} us
-  ({dc['compiled_ratio']}x).""")
+    core = e["core_lines"]
+    lines.append(f"""- **Decisions** are made by one evaluator, a walk over the rules (`policy.evaluate`; `policy.trace`
+  is the same walk recording each step): {dc['policy_us_per_decision']} us a warm decision over the v2
+  domain, against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
+  flat if/else ({dc['ratio']}x). Whole domains use the bulk evaluator (`policy.probe()`, a loop generated
+  from the same rules): {dc['bulk_us_per_decision']} us a config ({dc['bulk_ratio']}x the flat if/else).
+  The evaluation core (`engine/language`, `engine/policy`) is {core['total']:,} lines.""")
     lines.append(f"""- **Start-up**: a `hisparse evaluate` process costs {st['evaluate_cpu_ms']} ms of CPU against
-  {st['baseline_cpu_ms']} ms for Python importing yaml and jsonschema ({st['python_cpu_ms']} ms of both is
-  Python's own start-up; wall times {st['evaluate_wall_ms']} and {st['baseline_wall_ms']} ms on the loaded machine).
-  The first load of v3 in a fresh process (import + load + compile, measured inside it) takes
-  {st['first_load_cached_ms']} ms from the compiled cache and {st['first_load_uncached_ms']} ms without it
-  (`HISPARSE_NO_CACHE=1`: PyYAML, jsonschema and the rule model imported, parse, schema, compile).""")
+  {st['python_cpu_ms']} ms for `python -c pass` ({st['ratio']}x; {st['baseline_cpu_ms']} ms for Python importing
+  yaml and jsonschema, which only a load without the cache needs; wall times {st['evaluate_wall_ms']} and
+  {st['python_wall_ms']} ms). The first load of v8 in a fresh process (import + load, measured inside it)
+  takes {st['first_load_cached_ms']} ms from the cached document and {st['first_load_uncached_ms']} ms without it
+  (`HISPARSE_NO_CACHE=1`: PyYAML and jsonschema imported, parse, schema).""")
     lines.append(f"""- **Whole-domain analyses** (CPU time of the process; wall time beside): `hisparse check
-  policies/` {an['check']['cpu_s']} s ({an['check']['wall_s']} s), `hisparse diff` v2 -> v3 {an['diff_v2_v3']['cpu_s']} s
-  ({an['diff_v2_v3']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s; without the compiled cache (every file
-  parsed, validated and compiled first) check takes {an['check_uncached']['cpu_s']} s and the v2 -> v3 diff
-  {an['diff_v2_v3_uncached']['cpu_s']} s. On a synthetic policy of
-  {an['large_configs']:,} configs (v3 with two top-k values and three buffer sizes, `bench/engine_bench.py`):
-  its deep lint {an['check_large']['cpu_s']} s, its diff from v3 (both evaluated on every config) {an['diff_v3_large']['cpu_s']} s.""")
+  policies/` (all ten versions) {an['check']['cpu_s']} s ({an['check']['wall_s']} s), of v10 alone
+  {an['check_v10']['cpu_s']} s, `hisparse diff` v9 -> v10 ({an['diff_v9_v10_configs']:,}
+  configs) {an['diff_v9_v10']['cpu_s']} s ({an['diff_v9_v10']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s; without
+  the cache (every file parsed and schema-checked first) check takes {an['check_uncached']['cpu_s']} s and the
+  v9 -> v10 diff {an['diff_v9_v10_uncached']['cpu_s']} s. On a synthetic policy of
+  {an['large_configs']:,} configs (v8 with two top-k values, `bench/engine_bench.py`):
+  its deep lint {an['check_large']['cpu_s']} s, its diff from v8 (both evaluated on every config) {an['diff_v8_large']['cpu_s']} s.""")
     lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
   decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
   `torch.matmul` on the same FLOPs. FP8 rows are dequantised through a 256-entry table of code values
@@ -185,12 +186,12 @@ def headline() -> str:
         return lo if lo == hi else f"{lo}-{hi}"
 
     lines = [
-        f"- A decision costs {dc['policy_us_per_decision']} us per config asked again ({dc['ratio']}x a flat "
-        f"hand-written if/else with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of "
-        f"CPU ({st['ratio']}x Python importing yaml and jsonschema), without importing torch.",
+        f"- A warm decision costs {dc['policy_us_per_decision']} us ({dc['ratio']}x a flat hand-written if/else "
+        f"with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of CPU "
+        f"({st['ratio']}x `python -c pass`), without importing torch.",
         f"- Over a whole domain: `hisparse check policies/` lints every shipped version in {an['check']['cpu_s']} s; "
-        f"`hisparse diff dsa-backends@2 dsa-backends@8` compares {an['diff_v2_v3_configs']:,} configs in "
-        f"{an['diff_v2_v3']['cpu_s']} s.",
+        f"`hisparse diff dsa-backends@9 dsa-backends@10` compares {an['diff_v9_v10_configs']:,} configs in "
+        f"{an['diff_v9_v10']['cpu_s']} s.",
         f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
         f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "
         f"of std up to {max(logit_std):.1f} ([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",
