@@ -33,7 +33,7 @@ def cmd_attend(argv) -> int:
                                 "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
                                 "2048 and 2 x top-k), checked by the policy with the rest of the config.")
     add_policy_options(parser)
-    w = parser.add_argument_group("workload")
+    w = _Recorded(parser.add_argument_group("workload"))
     w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
     w.add_argument("--context", type=int_arg, default=4096,
                    help="tokens of KV per request at the start (default 4096); shorter than top-k: every "
@@ -61,7 +61,7 @@ def cmd_attend(argv) -> int:
                    help="run the workload on an FP8 (fp8_e4m3) and a BF16 KV cache and report both side by "
                         "side: latency, memory, accuracy against dense float64")
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    collisions = colliding_inputs(policy, parser)
+    collisions = colliding_inputs(policy, w.options)
     if collisions:
         raise HisparseError(collisions)
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
@@ -157,12 +157,24 @@ def cmd_attend(argv) -> int:
     return OK
 
 
-def colliding_inputs(policy, parser) -> list:
+class _Recorded:
+    """An argument group that remembers the option strings added to it (argparse keeps them in
+    private attributes only)."""
+
+    def __init__(self, group):
+        self.group, self.options = group, set()
+
+    def add_argument(self, *args, **kwargs):
+        action = self.group.add_argument(*args, **kwargs)
+        self.options.update(action.option_strings)
+        return action
+
+
+def colliding_inputs(policy, own: set) -> list:
     """E309 at the input's file:line:col for each flag of a policy input that is one of attend's
     own options (the workload knobs above). The policy language leaves these names free, since
     only this command uses them: a policy may take --steps as an SGLang flag and still serve
     every engine command, but attend cannot parse it, so attend refuses it, naming the input."""
-    own = set(parser._option_string_actions)  # every spelling argparse would refuse to add again
     doc = getattr(policy, "doc", None)
     problems = []
     for name, spec in policy.inputs.items():
