@@ -158,12 +158,13 @@ def performance_notes() -> str:
   same rows, one gather and one scatter of 8-byte words, timed with the rows out of the cache.""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  rebuilds the LRU order of every slot of every request ({fp8['translate_ms'] - fp8['floor_ms']:.1f} ms here: about
-  fifteen whole-tensor passes over 64 x 4096 slots: the hit map, the ranks of the evictable slots,
-  the new order, and the int64 indices torch's scatter needs), which costs about as much as moving
-  the rows on this machine; the ratio falls as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64:
-  `hotbuffer_vs_batch.png`). What would close it: touching only the slots a step changes, or a
-  compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
+  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, looking every position up,
+  ranking the misses by first appearance, and rebuilding the LRU order of every slot of every
+  request (about ten passes over 64 x 4096 slots, in scratch reused from step to step, so no pass
+  pays page faults), each pass reading state the copy has pushed out of the cache; the ratio falls
+  as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64: `hotbuffer_vs_batch.png`). What
+  would close it: touching only the slots a step changes (here still half of them: 2,048 of
+  4,096), or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
   asynchronous, overlapping the previous step's kernel).""")
     lines.append(hot)
     for key in missed:  # a goal missed in this run without a note of its own above
