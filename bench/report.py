@@ -19,7 +19,8 @@ LABELS = {
     "decode_vs_matmul_b8": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=8", "ratio"),
     "prefill_vs_matmul_b1": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=1", "ratio"),
     "prefill_vs_matmul_b8": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=8", "ratio"),
-    "dequant_vs_convert": ("`dequantize_kv_fp8` throughput / uint8 -> float32 conversion of the same bytes", "ratio"),
+    "dequant_vs_convert": ("`dequantize_kv_fp8` throughput / a uint8 -> bf16 conversion writing the same bytes "
+                           "(preallocated outputs; the worst of 1k-64k rows)", "ratio"),
     "translate_vs_copy_floor": ("`HotBuffer.translate` / its copy floor (64 requests, top-k 2048, 30 % misses)",
                                 "x time"),
 }
@@ -57,6 +58,13 @@ def performance_table() -> str:
     return "\n".join(rows)
 
 
+def _curve(dq: dict, key: str) -> str:
+    """The range of one figure over the dequantisation curve's sizes."""
+    values = [point[key] for point in dq["curve"]]
+    lo, hi = f"{min(values):g}", f"{max(values):g}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _missed(results: list) -> list[str]:
     return [key for r in results for key, g in r["goals"].items() if key in LABELS and not g["met"]]
 
@@ -92,9 +100,10 @@ def performance_notes() -> str:
         return "(run `make bench` to produce the figures)"
     missed = _missed([e, k, h])
     gpu = (_load("gpu") or {}).get("figures", {})
-    e, k, h, m = e["figures"], k["figures"], h["figures"], m["figures"]
+    e, h, m = e["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
-    rates, dq, a = k["rates"], k["dequant"], m["attend_32k_x8"]
+    k_goals = k["goals"]
+    rates, dq, a = k["figures"]["rates"], k["figures"]["dequant"], m["attend_32k_x8"]
 
     def span(key: str) -> str:  # the range over the batch sizes measured
         lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
@@ -129,27 +138,38 @@ def performance_notes() -> str:
     lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
   decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
   `torch.matmul` on the same FLOPs. FP8 rows are dequantised through a 256-entry table of code values
-  (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here, a uint8 -> float32
-  one {dq['convert_ns_per_element']} ns): `dequantize_kv_fp8` moves
-  {dq['dequantize_gbs']} GB/s of FP8 rows against {dq['convert_gbs']} GB/s for a plain uint8 -> float32 conversion of the
-  same bytes ({dq['ratio']}). Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
-  batch (`kernels_gflops_vs_batch.png`).""")
+  (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a
+  baseline that writes the same bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same
+  preallocated bf16 [n, 576] output), `dequantize_kv_fp8` runs at {_curve(dq, 'ratio')} of its speed
+  from {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(dq, 'dequantize_gbs')} GB/s written against
+  {_curve(dq, 'convert_gbs')} GB/s; `bench/results/kernels_dequant_vs_rows.png`): the table look-up, the
+  scale and the bf16 rounding are several passes where the conversion is one. With fresh outputs
+  instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows ({dq['curve'][-1]['bytes_written'] / 1e6:.0f} MB
+  written) cost more than the work: the ratio there is {dq['curve'][-1]['fresh_ratio']}, a size artefact, not a
+  speed. Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
+  batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): a code goes through an int32 index, a table
+  look-up, the scale product and the bf16 rounding, each a pass over the rows. What could narrow it:
+  since every scale is a power of two, adding its exponent to the bf16 bits of the code's value (a
+  256-entry table of bf16 bits; zero and NaN codes left as they are) in integer arithmetic, or a
+  compiled kernel doing it in one pass."""))
     hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
   FP8 rows; {bf16['ratio']}x for BF16 rows). The floor is the copy no translation can avoid: the
   same rows, one gather and one scatter of 8-byte words, timed with the rows out of the cache.""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  rebuilds the LRU order of every slot of every request ({fp8['translate_ms'] - fp8['floor_ms']:.1f} ms here: about
-  fifteen whole-tensor passes over 64 x 4096 slots: the hit map, the ranks of the evictable slots,
-  the new order, and the int64 indices torch's scatter needs), which costs about as much as moving
-  the rows on this machine; the ratio falls as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64:
-  `hotbuffer_vs_batch.png`). What would close it: touching only the slots a step changes, or a
-  compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
+  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, looking every position up,
+  ranking the misses by first appearance, and rebuilding the LRU order of every slot of every
+  request (about ten passes over 64 x 4096 slots, in scratch reused from step to step, so no pass
+  pays page faults), each pass reading state the copy has pushed out of the cache; the ratio falls
+  as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64: `hotbuffer_vs_batch.png`). What
+  would close it: touching only the slots a step changes (here still half of them: 2,048 of
+  4,096), or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
   asynchronous, overlapping the previous step's kernel).""")
     lines.append(hot)
     for key in missed:  # a goal missed in this run without a note of its own above
-        if key != "translate_vs_copy_floor":
+        if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):
             g = next(r["goals"][key] for r in (_load("engine"), _load("kernels")) if key in r["goals"])
             lines.append(f"- **{LABELS[key][0]}: missed in this run** ({g['value']:g} against {g['goal']}).")
     lines.append(f"""- **Memory**: a KV token takes 656 bytes as an FP8 row and 1,152 as BF16 ({m['kv_bytes_per_token']['fp8_saving']:.0%} less); a hot

@@ -24,17 +24,14 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends", "in_scope", "out_of_scope", "not_applicable",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` commands themselves (a test checks every command's parser against
-# this list), and the SGLang options its inputs are read from, which no input may take as its
-# flag; attend's --hisparse-top-k and --hisparse-device-buffer-size are left to the policy, which
-# owns them when it declares them
+# options of the engine's `hisparse` commands (a test checks every command's parser against this
+# list), and the SGLang options its inputs are read from, which no input may take as its flag;
+# the bridge's commands guard their own options (kernels_bridge/cli.py colliding_inputs)
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
                             "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
-                            "--min-coverage", "--max-records", "--deep",
-                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
-                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers",
-                            "--case-timeout", "--compare"})
+                            "--min-coverage", "--max-records", "--deep", "--seed", "--sample", "--workers",
+                            "--case-timeout"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:
