@@ -20,7 +20,7 @@ import pytest
 import engine
 from engine.sglang.conform import drivers
 from engine.sglang.conform.cases import case_of
-from engine.sglang.conform.prepipeline import installed_version
+from engine.sglang.conform.drivers import installed_release as installed_version
 from engine.sglang.conform.protocol import Case
 from engine.sglang import config_from_launch
 
@@ -293,7 +293,7 @@ def test_driver_hand_picked_cases(version, spec):
     assert {k: got[k] for k in want} == want
     if r.where:  # the line named is the raise or assert of the installed source
         path, _, rest = r.where.partition(":")
-        line = linecache.getline(os.path.join(driver._driver.root, path), int(rest.split(" ")[0]))
+        line = linecache.getline(os.path.join(driver._driver.package_dir, path), int(rest.split(" ")[0]))
         assert line.strip().startswith(("assert", "raise")), (r.where, line)
 
 

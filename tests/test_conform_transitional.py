@@ -26,7 +26,7 @@ from engine.sglang.conform import drivers, transitional
 from engine.sglang.conform import sample as sampling
 from engine.sglang.conform.cases import case_of
 from engine.sglang.conform.machine import PatchedHelpers, helper_functions, platform_facts
-from engine.sglang.conform.prepipeline import installed_version
+from engine.sglang.conform.drivers import installed_release as installed_version
 from engine.sglang.conform.protocol import Case
 
 VERSIONS = {"dsa-backends@5": "0.5.16", "dsa-backends@6": "0.5.17", "dsa-backends@7": "0.5.18"}

@@ -48,22 +48,18 @@ it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import)
 """
 from __future__ import annotations
 
-import argparse
 import atexit
-import contextlib
 import hashlib
-import importlib.metadata
+import importlib
 import json
-import logging
 import os
 import shutil
-import sys
 import tempfile
-import traceback
 import warnings
 
+from engine.sglang.conform import startup, torchvision_stub
 from engine.sglang.conform.machine import PatchedHelpers
-from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.conform.protocol import Case, Result
 
 
 class Names:
@@ -89,49 +85,6 @@ DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
 ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
 # DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
 _V32_FIELDS = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
-
-
-class ParserError(SystemExit):
-    """argparse's error, caught at `parser.error` (which would print usage and exit 2)."""
-
-    def __init__(self, message: str):
-        super().__init__(2)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def release_parser(server_args_class) -> argparse.ArgumentParser:
-    """The release's own `sglang serve` parser (ServerArgs.add_cli_args), raising ParserError
-    where argparse would print usage and exit."""
-    parser = argparse.ArgumentParser(prog="sglang serve")
-    server_args_class.add_cli_args(parser)
-
-    def error(message):
-        raise ParserError(message)
-
-    parser.error = error
-    return parser
-
-
-# -- import-time stand-ins -----------------------------------------------------------------------
-class _NoImageProcessors:
-    """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
-
-    @staticmethod
-    def register(*args, **kwargs):
-        return None
-
-
-def _install_stand_ins() -> None:
-    # transformers decides torchvision is absent before the shared stub exists; importing
-    # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
-    import transformers.processing_utils  # noqa: F401
-    from engine.sglang.conform import torchvision_stub
-
-    if torchvision_stub.install():
-        sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
 
 
 # -- model folders -------------------------------------------------------------------------------
@@ -189,44 +142,6 @@ def model_config(architecture: str) -> dict:
     return config
 
 
-# -- log lines -----------------------------------------------------------------------------------
-class _Collect(logging.Handler):
-    def __init__(self, functions: frozenset):
-        super().__init__(logging.DEBUG)
-        self.functions = functions
-        self.lines: list = []
-
-    def emit(self, record):
-        if is_routing_record(record, self.functions):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _collect_logs(functions: frozenset):
-    logger = logging.getLogger("sglang")
-    handler = _Collect(functions)
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)  # the records still reach the handler; nothing prints
-    logger.propagate = False
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-
-
-def where_raised(exc: BaseException, root: str) -> str | None:
-    """The innermost frame inside the sglang package: "srt/file.py:LINE function"."""
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(root + os.sep):
-            found = f"{os.path.relpath(path, root).replace(os.sep, '/')}:{frame.lineno} {frame.name}"
-    return found
-
-
 # -- the driver ----------------------------------------------------------------------------------
 class Driver:
     """Runs Cases on one installed pre-pipeline SGLang release, one of `versions`.
@@ -246,14 +161,16 @@ class Driver:
     def import_sglang(self):
         """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
         when another release (or none) is installed, and what the import raised."""
-        installed = installed_version()
+        from engine.sglang.conform.drivers import installed_release
+
+        installed = installed_release()
         if installed not in self.versions:
             raise RuntimeError(f"this driver runs SGLang {' or '.join(self.versions)}; the installed "
                                f"SGLang is {installed or 'absent'}")
         self.version = installed
         with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
             warnings.simplefilter("ignore")
-            _install_stand_ins()
+            torchvision_stub.install()
             import sglang.srt.server_args as server_args
 
             for name in self.lazy:
@@ -271,8 +188,9 @@ class Driver:
             raise RuntimeError(f"SGLang {self.version}'s ServerArgs has no {', '.join(missing)}: renamed in "
                                "this release; this driver cannot read its routing")
         self.sa_module = server_args
-        self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        self.parser = release_parser(server_args.ServerArgs)
+        self.package_dir = startup.package_dir()
+        self.parser = startup.release_parser(server_args.ServerArgs)
+        self.capture = startup.LogCapture(self.names.log_functions)
         self.check = self.check_factory(server_args)
         self.models = ModelDirs()
         for architecture in ARCHITECTURES:
@@ -283,49 +201,25 @@ class Driver:
     def run_case(self, case: Case) -> Result:
         """What the release does with `case`. A case this driver cannot set up (an architecture
         it has no model for, a platform other than cuda/hip) raises ValueError."""
-        if case.platform not in ("cuda", "hip"):
-            raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
+        startup.check_platform(case)
         self.load()
-        ServerArgs = self.sa_module.ServerArgs
         model = self.models.get(case.architecture, tuple(case.model_extra))
-        state = {"stage": "parser", "sa": None}
-
-        def result(ok, exc=None) -> Result:
-            sa = state["sa"]
-            kv = None if sa is None else sa.kv_cache_dtype
-            # fields checked at load: a rename is an error there, never a None here
-            backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
-            return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
-                          backends=backends, log=tuple(lines), stage=state["stage"],
-                          where=None if exc is None else where_raised(exc, self.root),
-                          error_type=None if exc is None else "SystemExit" if isinstance(
-                              exc, ParserError) else type(exc).__name__,
-                          extra={"sglang": self.version})
-
-        with _collect_logs(self.names.log_functions) as lines:
+        sa, stage, error = None, "parser", None
+        with startup.Isolated(self.capture) as iso:
             try:
                 namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
-                state["stage"] = "resolve"
-                post_init = ServerArgs.__post_init__
-                ServerArgs.__post_init__ = lambda self: None
-                try:
-                    sa = ServerArgs.from_cli_args(namespace)
-                finally:
-                    ServerArgs.__post_init__ = post_init
-                if callable(getattr(sa, "_parse_cuda_graph_config", None)):
-                    sa._parse_cuda_graph_config()
-                sa._quantization_explicitly_unset = sa.quantization == "unquant"
-                if sa.quantization == "unquant":
-                    sa.quantization = None
-                state["sa"] = sa
+                stage = "resolve"
+                sa = startup.without_post_init(self.sa_module.ServerArgs, namespace)
                 with self.platform.case(case.platform, tuple(case.capability)):
                     sa._handle_model_specific_adjustments()
-                    state["stage"] = "check"
+                    stage = "check"
                     self.check(sa)
-                state["stage"] = "done"
-                return result(True)
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
-                return result(False, exc)
+                error = exc
+        # fields checked at load: a rename is an error there, never a None here
+        backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
+        return startup.result(error, stage, None if sa is None else sa.kv_cache_dtype, backends,
+                              iso.lines, self.package_dir, {"sglang": self.version})
 
 
 def renamed(server_args_class, names: Names) -> list[str]:
@@ -336,10 +230,3 @@ def renamed(server_args_class, names: Names) -> list[str]:
         server_args_class) else set(getattr(server_args_class, "__annotations__", {}))
     return ([f"field {f}" for f in names.fields if f not in fields]
             + [f"method {m}" for m in names.methods if not callable(getattr(server_args_class, m, None))])
-
-
-def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None

@@ -26,15 +26,11 @@ model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-
 shares."""
 from __future__ import annotations
 
-import contextlib
 import importlib
-import logging
-import os
-import sys
 import warnings
 
-from engine.sglang.conform.prepipeline import ParserError, installed_version, release_parser, where_raised
-from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.conform import startup
+from engine.sglang.conform.protocol import Case, Result
 
 VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
 VERSION = VERSIONS[-1]  # the newest release this driver runs; `version()` is the installed one
@@ -63,33 +59,6 @@ LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.overrides",
         "sglang.srt.mem_cache.sparsity.factory")
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list = []
-
-    def emit(self, record):
-        if is_routing_record(record, ROUTING_FUNCTIONS):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _collect_logs():
-    """The case's routing log lines; the "sglang" logger prints nothing meanwhile."""
-    logger = logging.getLogger("sglang")
-    handler = _Collect()
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-
-
 class _Release:
     """The installed release, imported and prepared once per process (forked workers share it)."""
 
@@ -101,7 +70,9 @@ class _Release:
         from engine.sglang.conform.machine import PatchedHelpers
         from engine.sglang.conform.model_folders import ModelFolders
 
-        self.version = installed_version()
+        from engine.sglang.conform.drivers import installed_release
+
+        self.version = installed_release()
         if self.version not in VERSIONS:
             raise RuntimeError(f"this driver runs SGLang {', '.join(VERSIONS)}; the installed SGLang "
                                f"is {self.version or 'absent'}")
@@ -120,8 +91,9 @@ class _Release:
         self.run_pass = overrides.run_post_process_pass
         self.hisparse_validation = overrides._hisparse_validation
         self.parse_hisparse_config = parse_hisparse_config
-        self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        self.parser = release_parser(self.ServerArgs)
+        self.package_dir = startup.package_dir()
+        self.parser = startup.release_parser(self.ServerArgs)
+        self.capture = startup.LogCapture(ROUTING_FUNCTIONS)
         self.models = ModelFolders()
         self.platform = PatchedHelpers()
 
@@ -143,13 +115,6 @@ def version() -> str:
     return _RELEASE.version
 
 
-# cases run at load time for each architecture, so that the imports SGLang makes inside
-# functions (the HiSparse path, ROCm, Blackwell) happen once, before the workers fork
-_WARM_UP = (
-    (("--enable-hisparse", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3"), "cuda", (9, 0)),
-    ((), "cuda", (10, 0)),
-    ((), "hip", (9, 4)),
-)
 WARM_UP_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM")
 
 
@@ -158,65 +123,36 @@ def load() -> None:
     import_sglang()
     if getattr(_RELEASE, "warm", False):
         return
-    for architecture in WARM_UP_ARCHITECTURES:
-        for argv, platform, capability in _WARM_UP:
-            run_case(Case(argv, architecture, platform, capability))
+    startup.warm_up(run_case, WARM_UP_ARCHITECTURES)
     _RELEASE.warm = True
 
 
 def run_case(case: Case) -> Result:
     """What the installed release does with `case`. A case that cannot be set up (an architecture
     without a model folder, a platform other than cuda/hip) raises ValueError."""
-    if case.platform not in ("cuda", "hip"):
-        raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
+    startup.check_platform(case)
     import_sglang()
     rel = _RELEASE
     model = rel.models.path(case.architecture, case.model_extra)
-    state = {"stage": "parser", "sa": None}
-
-    def result(ok, exc=None) -> Result:
-        sa = state["sa"]
-        kv = prefill = decode = None
-        if sa is not None:
-            view = rel.resolved_view(sa)
-            kv, prefill, decode = view.kv_cache_dtype, view.dsa_prefill_backend, view.dsa_decode_backend
-        return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
-                      backends=(prefill, decode), log=tuple(lines), stage=state["stage"],
-                      where=None if exc is None else where_raised(exc, rel.root),
-                      error_type=None if exc is None else "SystemExit" if isinstance(
-                          exc, ParserError) else type(exc).__name__,
-                      extra={"sglang": rel.version})
-
-    ServerArgs = rel.ServerArgs
-    with _collect_logs() as lines, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    sa, stage, error = None, "parser", None
+    with startup.Isolated(rel.capture) as iso:
         try:
             namespace = rel.parser.parse_args(list(case.argv) + ["--model-path", model])
-            state["stage"] = "resolve"
-            post_init = ServerArgs.__post_init__
-            ServerArgs.__post_init__ = lambda self: None
-            try:
-                sa = ServerArgs.from_cli_args(namespace)
-            finally:
-                ServerArgs.__post_init__ = post_init
+            stage = "resolve"
+            sa = startup.without_post_init(rel.ServerArgs, namespace)
             sa._resolved_overrides = []  # the first statement of __post_init__
-            # __post_init__'s --quantization unquant (_handle_missing_default_values), read by the
-            # DSA passes
-            sa._quantization_explicitly_unset = sa.quantization == "unquant"
-            if sa.quantization == "unquant":
-                sa.quantization = None
-            # the CUDA graph config from its flags and defaults (__post_init__'s
-            # _handle_cuda_graph_config): the non-DSA DeepSeek branch reads its prefill backend
-            sa._parse_cuda_graph_config()
-            state["sa"] = sa
             with rel.platform.case(case.platform, tuple(case.capability)):
                 sa._handle_model_specific_adjustments()
-                state["stage"] = "check"
+                stage = "check"
                 rel.run_pass(sa, rel.hisparse_validation)
                 if sa.enable_hisparse:
-                    state["stage"] = "hisparse_config"
+                    stage = "hisparse_config"
                     rel.parse_hisparse_config(sa)
-            state["stage"] = "done"
-            return result(True)
         except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
-            return result(False, exc)
+            error = exc
+        kv = backends = None
+        if sa is not None:
+            view = rel.resolved_view(sa)
+            kv, backends = view.kv_cache_dtype, (view.dsa_prefill_backend, view.dsa_decode_backend)
+    return startup.result(error, stage, kv, backends or (None, None), iso.lines, rel.package_dir,
+                          {"sglang": rel.version})
