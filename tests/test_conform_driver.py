@@ -3,7 +3,7 @@ SGLang's source (the expected texts are SGLang's own), the runner (order, worker
 crashes, Ctrl-C) on stand-in drivers, and how the installed SGLang is found.
 
 The driver tests (those using the `driver` fixture) need SGLang 0.5.23 (`make install` installs
-it) and skip cleanly without it."""
+it): without it they skip, and fail under CI (tests/sglang_release.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -26,6 +26,7 @@ from engine.sglang.conform.machine import platform_facts
 from engine.sglang.conform.model_folders import config_fields
 from engine.sglang.conform.protocol import Case, Result
 from tests.helpers import ROOT
+from tests.sglang_release import require
 
 H = ("--enable-hisparse", "--disable-radix-cache")
 V32, GLM5, GLM5_NEXT, V3 = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
@@ -43,9 +44,7 @@ def case(argv, arch=V32, platform="cuda", cap=(9, 0), extra=()):
 def driver():
     """The 0.5.23 driver, loaded; the test is skipped when SGLang 0.5.23 cannot be imported
     (asked here, not at collection: importing SGLang costs seconds)."""
-    version, reason = drivers.installed_sglang()
-    if version != "0.5.23":
-        pytest.skip(f"needs SGLang 0.5.23: {reason}")
+    require("0.5.23", imported=True)
     from engine.sglang.conform import pipeline
 
     pipeline.load()
