@@ -282,11 +282,11 @@ def test_driver_leaves_the_process_as_it_found_it():
 
 def test_the_modelling_version_agrees_on_a_sample():
     _driver()
-    from engine.policy.releases import modelled
+    from engine.cli.versions import modelled_releases
     from engine.sglang.conform import conform
 
-    found = modelled(os.path.join(os.path.dirname(engine.__file__), "..", "policies")).get(INSTALLED)
+    found = modelled_releases().get(INSTALLED)
     assert found, f"no dsa-backends version lists SGLang {INSTALLED}"
-    (ref, path, _), = found
-    report = conform(engine.load_policy(path), sample=300, seed=23, workers=0)
+    (ref, _, _), = found
+    report = conform(engine.load_policy(ref), sample=300, seed=23, workers=0)
     assert report["total"] == 300 and report["counts"]["differ"] == 0, report["differences"][:3]
