@@ -59,6 +59,7 @@ import warnings
 
 from engine.sglang.conform import startup, torchvision_stub
 from engine.sglang.conform.machine import PatchedHelpers
+from engine.sglang.conform.model_folders import ModelFolders
 from engine.sglang.conform.protocol import Case, Result
 
 
@@ -82,64 +83,9 @@ DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
             ("_set_default_dsa_kv_cache_dtype", "_set_default_dsa_backends"),
             ("apply_hisparse_dsa_backend_defaults", "print_deprecated_warning"))
 
+# the architectures of the shipped versions' cases: their model folders are written at load,
+# before the workers fork
 ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
-# DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
-_V32_FIELDS = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
-
-
-# -- model folders -------------------------------------------------------------------------------
-class ModelDirs:
-    """Local model folders holding only a config.json written by transformers' config classes.
-
-    Forked workers share the root: a folder is named by what it holds and written by rename, so
-    two workers writing the same model write the same bytes to the same place. The root goes when
-    the process that made it exits."""
-
-    def __init__(self):
-        self.root = tempfile.mkdtemp(prefix="hisparse-conform-models-")
-        self.dirs: dict = {}
-        owner = os.getpid()
-        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(self.root, True))
-
-    def get(self, architecture: str, extra: tuple = ()) -> str:
-        key = json.dumps([architecture, list(extra)], sort_keys=True, default=repr)
-        if key not in self.dirs:
-            path = os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:16])
-            if not os.path.exists(os.path.join(path, "config.json")):
-                config = model_config(architecture)
-                config.update(dict(extra))
-                os.makedirs(path, exist_ok=True)
-                part = os.path.join(path, f"config.json.{os.getpid()}")
-                with open(part, "w") as f:
-                    json.dump(config, f, indent=1, sort_keys=True)
-                os.replace(part, os.path.join(path, "config.json"))
-            self.dirs[key] = path
-        return self.dirs[key]
-
-
-def model_config(architecture: str) -> dict:
-    """config.json content for one architecture, from transformers' own config class.
-
-    DeepseekV32ForCausalLM: transformers 5.6.0 has no DeepSeek-V3.2 config class, so DeepseekV3Config
-    with model_type deepseek_v32 and the indexer fields, as DeepSeek-V3.2's own config.json; no
-    `layer_types` (5.6.0 refuses it). SGLang itself re-reads such a folder as deepseek_v3
-    (`_load_deepseek_v32_model`)."""
-    import transformers
-
-    if architecture in ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM"):
-        config = transformers.DeepseekV3Config().to_dict()
-    elif architecture == "GlmMoeDsaForCausalLM" and hasattr(transformers, "GlmMoeDsaConfig"):
-        config = transformers.GlmMoeDsaConfig().to_dict()
-    else:
-        raise ValueError(f"unknown architecture {architecture!r}: this driver writes models for "
-                         + ", ".join(ARCHITECTURES))
-    for key in ("transformers_version", "layer_types"):
-        config.pop(key, None)
-    config["architectures"] = [architecture]
-    if architecture == "DeepseekV32ForCausalLM":
-        config["model_type"] = "deepseek_v32"
-        config.update(_V32_FIELDS)
-    return config
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -192,9 +138,9 @@ class Driver:
         self.parser = startup.release_parser(server_args.ServerArgs)
         self.capture = startup.LogCapture(self.names.log_functions)
         self.check = self.check_factory(server_args)
-        self.models = ModelDirs()
+        self.models = ModelFolders()
         for architecture in ARCHITECTURES:
-            self.models.get(architecture)
+            self.models.path(architecture)
         self.platform = PatchedHelpers()
         self.ready = True
 
@@ -203,7 +149,7 @@ class Driver:
         it has no model for, a platform other than cuda/hip) raises ValueError."""
         startup.check_platform(case)
         self.load()
-        model = self.models.get(case.architecture, tuple(case.model_extra))
+        model = self.models.path(case.architecture, case.model_extra)
         sa, stage, error = None, "parser", None
         with startup.Isolated(self.capture) as iso:
             try:
