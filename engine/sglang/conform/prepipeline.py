@@ -48,13 +48,7 @@ it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import)
 """
 from __future__ import annotations
 
-import atexit
-import hashlib
 import importlib
-import json
-import os
-import shutil
-import tempfile
 import warnings
 
 from engine.sglang.conform import startup, torchvision_stub
