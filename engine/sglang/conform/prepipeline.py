@@ -88,14 +88,17 @@ class Driver:
 
     `check_factory(server_args_module)` returns the release's HiSparse check, a callable on a
     ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions;
-    `names` what the release calls the routing's fields and functions."""
+    `names` what the release calls the routing's fields and functions; `warm_up` the architectures
+    whose warm-up cases (startup.WARM_UP) run at load. A later release's driver overrides `begin`,
+    `checks` and `read` (transitional.py)."""
 
-    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA):
+    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA, warm_up: tuple = ()):
         self.versions = (versions,) if isinstance(versions, str) else tuple(versions)
         self.version = self.versions[0]  # the installed one, once imported
         self.check_factory = check_factory
         self.lazy = lazy
         self.names = names
+        self.warm_up = warm_up
         self.ready = False
 
     def import_sglang(self):
@@ -110,6 +113,9 @@ class Driver:
         self.version = installed
         with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
             warnings.simplefilter("ignore")
+            import torch  # noqa: F401  (before transformers decides what is installed)
+            import transformers  # noqa: F401
+
             torchvision_stub.install()
             import sglang.srt.server_args as server_args
 
@@ -131,12 +137,25 @@ class Driver:
         self.package_dir = startup.package_dir()
         self.parser = startup.release_parser(server_args.ServerArgs)
         self.capture = startup.LogCapture(self.names.log_functions)
-        self.check = self.check_factory(server_args)
+        self.check = self.check_factory(server_args) if self.check_factory else None
         self.models = ModelFolders()
         for architecture in ARCHITECTURES:
             self.models.path(architecture)
         self.platform = PatchedHelpers()
         self.ready = True
+        startup.warm_up(self.run_case, self.warm_up)
+
+    def begin(self, sa) -> None:
+        """What `__post_init__` does first that the routing reads: nothing before 0.5.15."""
+
+    def checks(self, sa):
+        """The steps after the routing, in order, as (stage, step)."""
+        yield "check", lambda: self.check(sa)
+
+    def read(self, sa):
+        """(kv_cache_dtype, (prefill, decode)) as the release resolved them. The fields were
+        checked at load: a rename is an error there, never a None here."""
+        return sa.kv_cache_dtype, tuple(getattr(sa, f) for f in self.names.fields)
 
     def run_case(self, case: Case) -> Result:
         """What the release does with `case`. A case this driver cannot set up (an architecture
@@ -150,16 +169,16 @@ class Driver:
                 namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
                 stage = "resolve"
                 sa = startup.without_post_init(self.sa_module.ServerArgs, namespace)
+                self.begin(sa)
                 with self.platform.case(case.platform, tuple(case.capability)):
                     sa._handle_model_specific_adjustments()
-                    stage = "check"
-                    self.check(sa)
+                    for stage, step in self.checks(sa):
+                        step()
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
                 error = exc
-        # fields checked at load: a rename is an error there, never a None here
-        backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
-        return startup.result(error, stage, None if sa is None else sa.kv_cache_dtype, backends,
-                              iso.lines, self.package_dir, {"sglang": self.version})
+            kv, backends = (None, (None, None)) if sa is None else self.read(sa)
+        return startup.result(error, stage, kv, backends, iso.lines, self.package_dir,
+                              {"sglang": self.version})
 
 
 def renamed(server_args_class, names: Names) -> list[str]:

@@ -21,19 +21,16 @@ What runs, per case, all of it the installed release's code:
    start (`--hisparse-config`'s top_k, device_buffer_size and swap_in_block_size checks).
 `kv_cache_dtype` and the backends are read through `resolved_view`, also after a raise.
 
-The GPU is told through `machine.PatchedHelpers` (the releases have no platform context), the
-model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-ins every driver
-shares."""
+The steps are the pre-pipeline driver's (`prepipeline.Driver`) with these releases' additions
+(`Transitional`). The GPU is told through `machine.PatchedHelpers` (the releases have no platform
+context), the model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-ins
+every driver shares."""
 from __future__ import annotations
 
-import importlib
-import warnings
-
-from engine.sglang.conform import startup
-from engine.sglang.conform.protocol import Case, Result
+from engine.sglang.conform.prepipeline import Driver, Names
 
 VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
-VERSION = VERSIONS[-1]  # the newest release this driver runs; `version()` is the installed one
+VERSION = VERSIONS[-1]  # the newest release this driver runs
 
 # the functions whose WARNING records are the routing log: the deprecated-alias notice of the
 # parser (srt/arg_groups/argparse_actions.py), the DSA passes and the HiSparse checks
@@ -59,100 +56,42 @@ LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.overrides",
         "sglang.srt.mem_cache.sparsity.factory")
 
 
-class _Release:
-    """The installed release, imported and prepared once per process (forked workers share it)."""
+class Transitional(Driver):
+    """The pre-pipeline driver's steps, with what these releases add: the declaration stash, the
+    HiSparse pass and --hisparse-config parse as the checks, the values read through
+    `resolved_view`."""
 
-    def __init__(self):
-        import torch  # noqa: F401  (before transformers decides what is installed)
-        import transformers  # noqa: F401
-
-        import engine.sglang.conform.torchvision_stub as torchvision_stub
-        from engine.sglang.conform.machine import PatchedHelpers
-        from engine.sglang.conform.model_folders import ModelFolders
-
-        from engine.sglang.conform.drivers import installed_release
-
-        self.version = installed_release()
-        if self.version not in VERSIONS:
-            raise RuntimeError(f"this driver runs SGLang {', '.join(VERSIONS)}; the installed SGLang "
-                               f"is {self.version or 'absent'}")
-        with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
-            warnings.simplefilter("ignore")
-            self.torchvision_stubbed = torchvision_stub.install()
-            import sglang.srt.server_args as server_args
-
-            for name in LAZY:
-                importlib.import_module(name)
+    def import_sglang(self):
+        server_args = super().import_sglang()
         from sglang.srt.arg_groups import overrides
         from sglang.srt.mem_cache.sparsity.factory import parse_hisparse_config
 
-        self.ServerArgs = server_args.ServerArgs
         self.resolved_view = overrides.resolved_view
         self.run_pass = overrides.run_post_process_pass
         self.hisparse_validation = overrides._hisparse_validation
         self.parse_hisparse_config = parse_hisparse_config
-        self.package_dir = startup.package_dir()
-        self.parser = startup.release_parser(self.ServerArgs)
-        self.capture = startup.LogCapture(ROUTING_FUNCTIONS)
-        self.models = ModelFolders()
-        self.platform = PatchedHelpers()
+        return server_args
+
+    def begin(self, sa) -> None:
+        sa._resolved_overrides = []  # the first statement of __post_init__
+
+    def checks(self, sa):
+        yield "check", lambda: self.run_pass(sa, self.hisparse_validation)
+        if sa.enable_hisparse:
+            yield "hisparse_config", lambda: self.parse_hisparse_config(sa)
+
+    def read(self, sa):
+        view = self.resolved_view(sa)
+        return view.kv_cache_dtype, (view.dsa_prefill_backend, view.dsa_decode_backend)
 
 
-_RELEASE: _Release | None = None
-
-
-def import_sglang() -> None:
-    """Import the installed release with the stand-ins. Raises RuntimeError when it is not one
-    this driver runs, and what SGLang's import raised."""
-    global _RELEASE
-    if _RELEASE is None:
-        _RELEASE = _Release()
-
-
-def version() -> str:
-    """The installed release this driver runs (imports it)."""
-    import_sglang()
-    return _RELEASE.version
-
-
+# the passes route; their functions (ROUTING_FUNCTIONS), not the ServerArgs methods, log
+NAMES = Names(("dsa_prefill_backend", "dsa_decode_backend"), (), tuple(sorted(ROUTING_FUNCTIONS)))
 WARM_UP_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM")
+_driver = Transitional(VERSIONS, None, LAZY, NAMES, warm_up=WARM_UP_ARCHITECTURES)
 
 
-def load() -> None:
-    """Import, build the parser, run the warm-up cases: once per process. Idempotent."""
-    import_sglang()
-    if getattr(_RELEASE, "warm", False):
-        return
-    startup.warm_up(run_case, WARM_UP_ARCHITECTURES)
-    _RELEASE.warm = True
-
-
-def run_case(case: Case) -> Result:
-    """What the installed release does with `case`. A case that cannot be set up (an architecture
-    without a model folder, a platform other than cuda/hip) raises ValueError."""
-    startup.check_platform(case)
-    import_sglang()
-    rel = _RELEASE
-    model = rel.models.path(case.architecture, case.model_extra)
-    sa, stage, error = None, "parser", None
-    with startup.Isolated(rel.capture) as iso:
-        try:
-            namespace = rel.parser.parse_args(list(case.argv) + ["--model-path", model])
-            stage = "resolve"
-            sa = startup.without_post_init(rel.ServerArgs, namespace)
-            sa._resolved_overrides = []  # the first statement of __post_init__
-            with rel.platform.case(case.platform, tuple(case.capability)):
-                sa._handle_model_specific_adjustments()
-                stage = "check"
-                rel.run_pass(sa, rel.hisparse_validation)
-                if sa.enable_hisparse:
-                    stage = "hisparse_config"
-                    rel.parse_hisparse_config(sa)
-        except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
-            error = exc
-        kv = backends = None
-        if sa is not None:
-            view = rel.resolved_view(sa)
-            kv, backends = view.kv_cache_dtype, (view.dsa_prefill_backend, view.dsa_decode_backend)
-    return startup.result(error, stage, kv, backends or (None, None), iso.lines, rel.package_dir,
-                          {"sglang": rel.version})
+# the driver protocol (drivers.py): module functions bound to the driver
+import_sglang = _driver.import_sglang  # import the release with the stand-ins (raises what the import raised)
+load = _driver.load  # import it, build its parser, run the warm-up cases (once per process)
+run_case = _driver.run_case
