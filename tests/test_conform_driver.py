@@ -455,6 +455,45 @@ def test_ctrl_c_stops_the_workers(tmp_path):
             os.kill(pid, 0)
 
 
+def test_workers_end_when_the_parent_is_killed(tmp_path):
+    """A parent killed outright (SIGKILL: no Ctrl-C handling, no cleanup) leaves no worker behind."""
+    script = textwrap.dedent(f"""
+        import os, time, types
+        from engine.sglang.conform import runner
+        from engine.sglang.conform.protocol import Case, Result
+        def slow(c):
+            with open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "w"):
+                pass
+            time.sleep(0.05)
+            return Result(True, None, None, (None, None), (), "done")
+        drv = types.SimpleNamespace(load=lambda: None, run_case=slow)
+        cases = [Case(("--n=%d" % i,), "A", "cuda", (9, 0)) for i in range(4000)]
+        runner.run_cases(drv, cases, workers=2)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=ROOT))
+    deadline = time.monotonic() + 60
+    while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = [int(name) for name in os.listdir(tmp_path)]
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+        except FileNotFoundError:
+            return False
+    deadline = time.monotonic() + 30  # a bound for a loaded machine, not a speed claim
+    while any(map(alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if alive(pid)]
+    for pid in left:  # a failing run leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
 # -- finding the driver ---------------------------------------------------------------------------
 def test_unknown_version_names_the_known_ones():
     known = ", ".join(drivers.known_versions())

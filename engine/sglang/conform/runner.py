@@ -186,6 +186,15 @@ def _start_worker(driver, cases, slots) -> None:
     global _WORK
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     _WORK = (driver, cases, slots, slots.take())
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker once its parent is gone (killed, so it could not stop us): the pool's
+    queue never closes while another worker holds it, so a worker would wait on it forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _run_chunk(start: int, stop: int) -> list:
