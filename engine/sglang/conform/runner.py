@@ -166,8 +166,13 @@ class _Slots:
 
     def running(self) -> list:
         """(pid, case index, seconds it has run) of each worker running a case."""
-        with self.array.get_lock():
-            values = self.array[:]
+        lock = self.array.get_lock()
+        locked = lock.acquire(timeout=1.0)  # a worker killed while holding it never lets go
+        try:
+            values = self.array.get_obj()[:]
+        finally:
+            if locked:
+                lock.release()
         now = time.monotonic()
         return [(int(values[i]), int(values[i + 1]), now - values[i + 2])
                 for i in range(0, len(values), 3) if values[i + 1] >= 0]
