@@ -104,9 +104,7 @@ class Driver:
     def import_sglang(self):
         """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
         when another release (or none) is installed, and what the import raised."""
-        from engine.sglang.conform.drivers import installed_release
-
-        installed = installed_release()
+        installed = startup.installed_release()
         if installed not in self.versions:
             raise RuntimeError(f"this driver runs SGLang {' or '.join(self.versions)}; the installed "
                                f"SGLang is {installed or 'absent'}")

@@ -7,6 +7,7 @@ Nothing here imports SGLang: a driver passes in what it imported."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import warnings
@@ -23,6 +24,14 @@ WARM_UP = (
     ((), "cuda", (10, 0)),
     ((), "hip", (9, 4)),
 )
+
+
+def installed_release() -> str | None:
+    """The installed SGLang's version, from its package metadata (nothing is imported)."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def warm_up(run_case, architectures) -> None:
