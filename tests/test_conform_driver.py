@@ -308,9 +308,18 @@ def test_more_workers_than_cases_and_no_cases():
     assert runner.run_cases(stand_in(echo), [], workers=2) == []
 
 
-def test_workers_share_the_work():
+def test_workers_share_the_work(tmp_path):
+    """Both workers run cases: a worker's first case waits (boundedly) until two have shown up, so a
+    worker that starts late on a loaded machine still gets work, and one that never gets any fails
+    the test rather than leaving it to timing."""
     def pid(c):
-        time.sleep(0.002)
+        mine = tmp_path / str(os.getpid())
+        first = not mine.exists()
+        mine.touch()
+        for _ in range(200 if first else 0):  # a worker's first case waits, at most ~10 s
+            if len(os.listdir(tmp_path)) >= 2:
+                break
+            time.sleep(0.05)
         return Result(ok=True, message=str(os.getpid()), kv_cache_dtype=None, backends=(None, None),
                       log=(), stage="done")
     pids = {r.message for r in runner.run_cases(stand_in(pid), CASES, workers=2)}
