@@ -9,18 +9,18 @@ import os
 from bench.common import RESULTS
 
 LABELS = {
-    "decision_cost_ratio": ("`policy.evaluate` vs a flat hand-written if/else with the same outputs (v2, 12,288 configs)",
-                            "x time"),
-    "cold_start_ratio": ("cold `hisparse evaluate` process vs `python -c 'import yaml, jsonschema'`", "x time"),
-    "first_load_ms": ("first policy load in a fresh process: import + load + compile (v3, cached)", "ms"),
+    "warm_decision_us": ("a warm single decision, `policy.evaluate` (v2, each of its 12,288 configs in turn)", "us"),
+    "cold_start_ratio": ("cold `hisparse evaluate` process vs `python -c pass` in the same environment", "x time"),
+    "first_load_ms": ("first policy load in a fresh process: import + load (v8, its document cached)", "ms"),
     "torch_never_imported": ("`hisparse evaluate` never imports torch", ""),
-    "check_seconds": ("`hisparse check policies/`: deep lint of every shipped version, as a process", "s"),
-    "diff_seconds": ("`hisparse diff dsa-backends@2 dsa-backends@8` (373,248 configs), as a process", "s"),
+    "check_seconds": ("`hisparse check` of one shipped version, the largest (v10, 479,232 configs), as a process", "s"),
+    "diff_seconds": ("`hisparse diff dsa-backends@9 dsa-backends@10` (479,232 configs), as a process", "s"),
     "decode_vs_matmul_b1": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=1", "ratio"),
     "decode_vs_matmul_b8": ("reference FP8 sparse decode GFLOP/s / float32 matmul GFLOP/s, b=8", "ratio"),
     "prefill_vs_matmul_b1": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=1", "ratio"),
     "prefill_vs_matmul_b8": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=8", "ratio"),
-    "dequant_vs_convert": ("`dequantize_kv_fp8` throughput / uint8 -> float32 conversion of the same bytes", "ratio"),
+    "dequant_vs_convert": ("`dequantize_kv_fp8` throughput / a uint8 -> bf16 conversion writing the same bytes "
+                           "(preallocated outputs; the worst of 1k-64k rows)", "ratio"),
     "translate_vs_copy_floor": ("`HotBuffer.translate` / its copy floor (64 requests, top-k 2048, 30 % misses)",
                                 "x time"),
 }
@@ -58,6 +58,13 @@ def performance_table() -> str:
     return "\n".join(rows)
 
 
+def _curve(dq: dict, key: str) -> str:
+    """The range of one figure over the dequantisation curve's sizes."""
+    values = [point[key] for point in dq["curve"]]
+    lo, hi = f"{min(values):g}", f"{max(values):g}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _missed(results: list) -> list[str]:
     return [key for r in results for key, g in r["goals"].items() if key in LABELS and not g["met"]]
 
@@ -93,9 +100,10 @@ def performance_notes() -> str:
         return "(run `make bench` to produce the figures)"
     missed = _missed([e, k, h])
     gpu = (_load("gpu") or {}).get("figures", {})
-    e, k, h, m = e["figures"], k["figures"], h["figures"], m["figures"]
+    e, h, m = e["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
-    rates, dq, a = k["rates"], k["dequant"], m["attend_32k_x8"]
+    k_goals = k["goals"]
+    rates, dq, a = k["figures"]["rates"], k["figures"]["dequant"], m["attend_32k_x8"]
 
     def span(key: str) -> str:  # the range over the batch sizes measured
         lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
@@ -106,49 +114,62 @@ def performance_notes() -> str:
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
     lines = [f"What the figures say ({heading}):", ""]
-    lines.append(f"""- **Decisions** are memoised (one read-only `Decision` per distinct config; see [api.md](api.md)):
-  `policy.evaluate` takes {dc['policy_us_per_decision']} us per config of the v2 domain asked again,
-  against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
-  flat if/else ({dc['ratio']}x). The compiled evaluator alone (a config never seen: the
-  key check, the eight input checks, building the Decision) takes {dc['compiled_us_per_decision']} us
-  ({dc['compiled_ratio']}x).""")
+    core = e["core_lines"]
+    lines.append(f"""- **Decisions** are made by one evaluator, a walk over the rules (`policy.evaluate`; `policy.trace`
+  is the same walk recording each step): {dc['policy_us_per_decision']} us a warm decision over the v2
+  domain, against {dc['flat_us_per_decision']} us for `bench/flat_v2.py`, the same decisions written as one
+  flat if/else ({dc['ratio']}x). Whole domains use the bulk evaluator (`policy.probe()`, a loop generated
+  from the same rules): {dc['bulk_us_per_decision']} us a config ({dc['bulk_ratio']}x the flat if/else).
+  The evaluation core (`engine/language`, `engine/policy`) is {core['total']:,} lines.""")
     lines.append(f"""- **Start-up**: a `hisparse evaluate` process costs {st['evaluate_cpu_ms']} ms of CPU against
-  {st['baseline_cpu_ms']} ms for Python importing yaml and jsonschema ({st['python_cpu_ms']} ms of both is
-  Python's own start-up; wall times {st['evaluate_wall_ms']} and {st['baseline_wall_ms']} ms on the loaded machine).
-  The first load of v3 in a fresh process (import + load + compile, measured inside it) takes
-  {st['first_load_cached_ms']} ms from the compiled cache and {st['first_load_uncached_ms']} ms without it
-  (`HISPARSE_NO_CACHE=1`: PyYAML, jsonschema and the rule model imported, parse, schema, compile).""")
+  {st['python_cpu_ms']} ms for `python -c pass` ({st['ratio']}x; {st['baseline_cpu_ms']} ms for Python importing
+  yaml and jsonschema, which only a load without the cache needs; wall times {st['evaluate_wall_ms']} and
+  {st['python_wall_ms']} ms). The first load of v8 in a fresh process (import + load, measured inside it)
+  takes {st['first_load_cached_ms']} ms from the cached document and {st['first_load_uncached_ms']} ms without it
+  (`HISPARSE_NO_CACHE=1`: PyYAML and jsonschema imported, parse, schema).""")
     lines.append(f"""- **Whole-domain analyses** (CPU time of the process; wall time beside): `hisparse check
-  policies/` {an['check']['cpu_s']} s ({an['check']['wall_s']} s), `hisparse diff` v2 -> v3 {an['diff_v2_v3']['cpu_s']} s
-  ({an['diff_v2_v3']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s; without the compiled cache (every file
-  parsed, validated and compiled first) check takes {an['check_uncached']['cpu_s']} s and the v2 -> v3 diff
-  {an['diff_v2_v3_uncached']['cpu_s']} s. On a synthetic policy of
-  {an['large_configs']:,} configs (v3 with two top-k values and three buffer sizes, `bench/engine_bench.py`):
-  its deep lint {an['check_large']['cpu_s']} s, its diff from v3 (both evaluated on every config) {an['diff_v3_large']['cpu_s']} s.""")
+  policies/` (all ten versions) {an['check']['cpu_s']} s ({an['check']['wall_s']} s), of v10 alone
+  {an['check_v10']['cpu_s']} s, `hisparse diff` v9 -> v10 ({an['diff_v9_v10_configs']:,}
+  configs) {an['diff_v9_v10']['cpu_s']} s ({an['diff_v9_v10']['wall_s']} s), v1 -> v2 {an['diff_v1_v2']['cpu_s']} s; without
+  the cache (every file parsed and schema-checked first) check takes {an['check_uncached']['cpu_s']} s and the
+  v9 -> v10 diff {an['diff_v9_v10_uncached']['cpu_s']} s. On a synthetic policy of
+  {an['large_configs']:,} configs (v8 with two top-k values, `bench/engine_bench.py`):
+  its deep lint {an['check_large']['cpu_s']} s, its diff from v8 (both evaluated on every config) {an['diff_v8_large']['cpu_s']} s.""")
     lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
   decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
   `torch.matmul` on the same FLOPs. FP8 rows are dequantised through a 256-entry table of code values
-  (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here, a uint8 -> float32
-  one {dq['convert_ns_per_element']} ns): `dequantize_kv_fp8` moves
-  {dq['dequantize_gbs']} GB/s of FP8 rows against {dq['convert_gbs']} GB/s for a plain uint8 -> float32 conversion of the
-  same bytes ({dq['ratio']}). Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
-  batch (`kernels_gflops_vs_batch.png`).""")
+  (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a
+  baseline that writes the same bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same
+  preallocated bf16 [n, 576] output), `dequantize_kv_fp8` runs at {_curve(dq, 'ratio')} of its speed
+  from {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(dq, 'dequantize_gbs')} GB/s written against
+  {_curve(dq, 'convert_gbs')} GB/s; `bench/results/kernels_dequant_vs_rows.png`): the table look-up, the
+  scale and the bf16 rounding are several passes where the conversion is one. With fresh outputs
+  instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows ({dq['curve'][-1]['bytes_written'] / 1e6:.0f} MB
+  written) cost more than the work: the ratio there is {dq['curve'][-1]['fresh_ratio']}, a size artefact, not a
+  speed. Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
+  batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): a code goes through an int32 index, a table
+  look-up, the scale product and the bf16 rounding, each a pass over the rows. What could narrow it:
+  since every scale is a power of two, adding its exponent to the bf16 bits of the code's value (a
+  256-entry table of bf16 bits; zero and NaN codes left as they are) in integer arithmetic, or a
+  compiled kernel doing it in one pass."""))
     hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
   FP8 rows; {bf16['ratio']}x for BF16 rows). The floor is the copy no translation can avoid: the
   same rows, one gather and one scatter of 8-byte words, timed with the rows out of the cache.""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  rebuilds the LRU order of every slot of every request ({fp8['translate_ms'] - fp8['floor_ms']:.1f} ms here: about
-  fifteen whole-tensor passes over 64 x 4096 slots: the hit map, the ranks of the evictable slots,
-  the new order, and the int64 indices torch's scatter needs), which costs about as much as moving
-  the rows on this machine; the ratio falls as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64:
-  `hotbuffer_vs_batch.png`). What would close it: touching only the slots a step changes, or a
-  compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
+  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, looking every position up,
+  ranking the misses by first appearance, and rebuilding the LRU order of every slot of every
+  request (about ten passes over 64 x 4096 slots, in scratch reused from step to step, so no pass
+  pays page faults), each pass reading state the copy has pushed out of the cache; the ratio falls
+  as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64: `hotbuffer_vs_batch.png`). What
+  would close it: touching only the slots a step changes (here still half of them: 2,048 of
+  4,096), or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
   asynchronous, overlapping the previous step's kernel).""")
     lines.append(hot)
     for key in missed:  # a goal missed in this run without a note of its own above
-        if key != "translate_vs_copy_floor":
+        if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):
             g = next(r["goals"][key] for r in (_load("engine"), _load("kernels")) if key in r["goals"])
             lines.append(f"- **{LABELS[key][0]}: missed in this run** ({g['value']:g} against {g['goal']}).")
     lines.append(f"""- **Memory**: a KV token takes 656 bytes as an FP8 row and 1,152 as BF16 ({m['kv_bytes_per_token']['fp8_saving']:.0%} less); a hot
@@ -185,12 +206,12 @@ def headline() -> str:
         return lo if lo == hi else f"{lo}-{hi}"
 
     lines = [
-        f"- A decision costs {dc['policy_us_per_decision']} us per config asked again ({dc['ratio']}x a flat "
-        f"hand-written if/else with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of "
-        f"CPU ({st['ratio']}x Python importing yaml and jsonschema), without importing torch.",
+        f"- A warm decision costs {dc['policy_us_per_decision']} us ({dc['ratio']}x a flat hand-written if/else "
+        f"with the same outputs); a cold `hisparse evaluate` process {st['evaluate_cpu_ms']} ms of CPU "
+        f"({st['ratio']}x `python -c pass`), without importing torch.",
         f"- Over a whole domain: `hisparse check policies/` lints every shipped version in {an['check']['cpu_s']} s; "
-        f"`hisparse diff dsa-backends@2 dsa-backends@8` compares {an['diff_v2_v3_configs']:,} configs in "
-        f"{an['diff_v2_v3']['cpu_s']} s.",
+        f"`hisparse diff dsa-backends@9 dsa-backends@10` compares {an['diff_v9_v10_configs']:,} configs in "
+        f"{an['diff_v9_v10']['cpu_s']} s.",
         f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
         f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "
         f"of std up to {max(logit_std):.1f} ([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",

@@ -73,3 +73,15 @@ def near_miss(name: str, candidates) -> str | None:
         if d <= 2 and (best is None or (d, not styled) < best[0]):
             best = ((d, not styled), c)
     return best[1] if best else None
+
+
+def unknown_key(key, names, input_names, file: str = "", hint: str = ""):
+    """C501 for a config key no spelling in `names` matches: the nearest spelling, else the inputs
+    it may mean. `hint` (e.g. a typographic dash) replaces the guess."""
+    from engine.errors import Problem
+    from engine.values import shown
+
+    if not hint:
+        near = (near_miss(key, names) or closest(key, names)) if isinstance(key, str) else None
+        hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), input_names)
+    return Problem("C501", f"unknown config key {shown(key)}", file, hint=hint)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from engine.cli.commands import main as engine_main, register
+from engine.errors import HisparseError, Problem
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
                                 add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
 from engine.progress import Progress
@@ -32,7 +33,7 @@ def cmd_attend(argv) -> int:
                                 "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
                                 "2048 and 2 x top-k), checked by the policy with the rest of the config.")
     add_policy_options(parser)
-    w = parser.add_argument_group("workload")
+    w = _Recorded(parser.add_argument_group("workload"))
     w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
     w.add_argument("--context", type=int_arg, default=4096,
                    help="tokens of KV per request at the start (default 4096); shorter than top-k: every "
@@ -60,6 +61,9 @@ def cmd_attend(argv) -> int:
                    help="run the workload on an FP8 (fp8_e4m3) and a BF16 KV cache and report both side by "
                         "side: latency, memory, accuracy against dense float64")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    collisions = colliding_inputs(policy, w.options)
+    if collisions:
+        raise HisparseError(collisions)
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
     from kernels_bridge.workload_spec import DEFAULT_TOP_K, Workload
@@ -151,6 +155,43 @@ def cmd_attend(argv) -> int:
     else:
         print(compare_text(reports) if ns.compare else report_text(reports[next(iter(reports))]))
     return OK
+
+
+class _Recorded:
+    """An argument group that remembers the option strings added to it (argparse keeps them in
+    private attributes only)."""
+
+    def __init__(self, group):
+        self.group, self.options = group, set()
+
+    def add_argument(self, *args, **kwargs):
+        action = self.group.add_argument(*args, **kwargs)
+        self.options.update(action.option_strings)
+        return action
+
+
+def colliding_inputs(policy, own: set) -> list:
+    """E309 at the input's file:line:col for each flag of a policy input that is one of attend's
+    own options (the workload knobs above). The policy language leaves these names free, since
+    only this command uses them: a policy may take --steps as an SGLang flag and still serve
+    every engine command, but attend cannot parse it, so attend refuses it, naming the input."""
+    doc = getattr(policy, "doc", None)
+    problems = []
+    for name, spec in policy.inputs.items():
+        spellings = [(flag, ("flags", i), False) for i, flag in enumerate(spec.flags)]
+        spellings += [(flag, (field, flag), True) for field, flags in (("deprecated_flags", spec.deprecated),
+                                                                       ("removed_flags", spec.removed))
+                      for flag in flags]
+        for flag, where, key in spellings:
+            clash = [f for f in (flag, "--no-" + flag[2:]) if f in own and (f == flag or spec.type == "bool")]
+            if not clash:
+                continue
+            message = (f"input '{name}' takes the flag {clash[0]}, an option of hisparse attend's own; "
+                       "attend cannot run this policy (rename the flag; other commands are unaffected)")
+            path = spec.path + where if spec.phase is None else spec.path
+            problems.append(doc.problem("E309", message, path, key=key) if doc is not None
+                            else Problem("E309", message, policy.file))
+    return problems
 
 
 def _with(policy, config: dict, name: str, value) -> dict:

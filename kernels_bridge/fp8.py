@@ -77,11 +77,13 @@ def quantize_kv_fp8(kv: torch.Tensor) -> torch.Tensor:
     return row
 
 
-def dequantize_kv_fp8(packed: torch.Tensor) -> torch.Tensor:
+def dequantize_kv_fp8(packed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Unpack 656-byte FP8 rows into bf16 KV rows.
 
     packed: uint8, int8 or float8_e4m3fn [..., 656] (any leading shape; a view of the cache is
-    fine). Returns bf16 [..., 576], contiguous, on packed's device.
+    fine). out: None, or a contiguous bf16 tensor [..., 576] of packed's leading shape on its
+    device, written in place (a caller that dequantizes every step reuses one). Returns bf16
+    [..., 576], contiguous, on packed's device (`out` when given).
     """
     if not isinstance(packed, torch.Tensor) or packed.dtype not in PACKED_DTYPES \
             or packed.dim() < 1 or packed.shape[-1] != FP8_ROW_BYTES:
@@ -90,7 +92,13 @@ def dequantize_kv_fp8(packed: torch.Tensor) -> torch.Tensor:
             f"FP8 KV rows; got {describe(packed)}", argument="packed")
     raw = packed.view(torch.uint8)  # same item size: a free reinterpretation
     lead = raw.shape[:-1]
-    out = torch.empty(*lead, D_QK, dtype=torch.bfloat16, device=packed.device)
+    if out is None:
+        out = torch.empty(*lead, D_QK, dtype=torch.bfloat16, device=packed.device)
+    elif not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or out.shape != (*lead, D_QK) \
+            or out.device != packed.device or not out.is_contiguous():
+        raise ValidationError(
+            f"out: expected a contiguous bfloat16 tensor {list(lead) + [D_QK]} on {packed.device}; "
+            f"got {describe(out)}", argument="out")
     _unpack(raw.reshape(-1, FP8_ROW_BYTES), out.view(-1, D_QK))  # the bf16 cast happens as it is written
     return out
 

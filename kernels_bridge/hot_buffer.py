@@ -269,6 +269,11 @@ class HotBuffer:
         self._staging = None
         self._staging_rows = max(1, _STAGING_BYTES // self._row_bytes)
         self._copy_done = None  # CUDA event of the last host -> device copy from the staging
+        # The LRU bookkeeping's [n, B] temporaries live here between steps (_scratch): a fresh
+        # multi-megabyte tensor per step costs more in page faults than the arithmetic done in it.
+        self._scratch: dict = {}
+        self._all_requests = torch.arange(num_requests, device=dev)
+        self._lru_next = torch.empty_like(self._lru)  # a whole-batch step writes the new order here
 
     @staticmethod
     def bytes_needed(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
@@ -671,16 +676,18 @@ class HotBuffer:
         f_rank = torch.arange(f_entry.numel(), device=dev) - (n_miss.cumsum(0) - n_miss)[f_row]
 
         # hit_in_order[j, t]: the t-th least-recently-used slot of row j is hit this step
-        needed = torch.zeros((g, B + 1), dtype=torch.bool, device=dev)
-        needed.scatter_(1, (cur + 1).long().view(g, top_k), True)  # column 0 takes non-hits
-        lru = self._lru.index_select(0, rid)  # int64 [g, B] slots, LRU first
-        hit_in_order = needed[:, 1:].gather(1, lru)
-        evictable = ~hit_in_order
-        ev_count = evictable.cumsum(1, dtype=i32)  # evictable slots among the first t + 1
+        ws = self._ws
+        needed = ws("needed", (g, B + 1), torch.bool).zero_()
+        needed.scatter_(1, torch.add(cur, 1, out=ws("cur1", (g * top_k,), torch.int64)).view(g, top_k), True)
+        whole = g == self._num_requests and bool((rid == self._all_requests).all())
+        lru = self._lru if whole else torch.index_select(self._lru, 0, rid, out=ws("lru", (g, B), torch.int64))
+        hit_in_order = torch.gather(needed[:, 1:], 1, lru, out=ws("hit_in_order", (g, B), torch.bool))
+        evictable = torch.logical_not(hit_in_order, out=ws("evictable", (g, B), torch.bool))
+        ev_count = torch.cumsum(evictable, 1, dtype=i32, out=ws("ev_count", (g, B), i32))
         n_ev = ev_count[:, -1:]  # [g, 1] >= misses, since distinct candidates <= top_k <= B
         # evict_list[j, 1 + i]: the i-th least-recently-used evictable slot (column 0: hits)
-        evict_list = torch.empty((g, B + 1), dtype=torch.int64, device=dev)
-        evict_list.scatter_(1, (ev_count * evictable).long(), lru)
+        evict_list = ws("evict_list", (g, B + 1), torch.int64)
+        evict_list.scatter_(1, torch.mul(ev_count, evictable, out=ws("at", (g, B), torch.int64)), lru)
         slot = evict_list.view(-1).index_select(0, f_row * (B + 1) + 1 + f_rank)  # [f]
 
         # Evict the occupants, place the misses.
@@ -693,12 +700,18 @@ class HotBuffer:
         pos_slot.index_copy_(0, f_flat, slot.to(pos_slot.dtype))
 
         # New LRU order (SGLang's): the evictables left over keep their order at the front,
-        # then the slots just filled in miss order, then the hits in their old order.
-        stale = ev_count - (n_miss.to(i32)[:, None] + 1)  # evictable rank - misses; < 0: filled
-        stale += n_ev * (stale < 0)
-        hit_dest = (n_ev - ev_count) + self._arange32  # n_ev + hit rank, on the hit slots
-        dest = stale + (hit_dest - stale) * hit_in_order
-        self._lru.index_copy_(0, rid, torch.empty_like(lru).scatter_(1, dest.long(), lru))
+        # then the slots just filled in miss order, then the hits in their old order. In place
+        # on the scratch: dest = stale + (hit_dest - stale) * hit_in_order.
+        stale = torch.sub(ev_count, n_miss.to(i32)[:, None] + 1, out=ws("stale", (g, B), i32))
+        stale += torch.mul(stale.lt(0), n_ev, out=ws("wrap", (g, B), i32))  # filled: after the rest
+        dest = torch.sub(n_ev, ev_count, out=ws("dest", (g, B), i32))  # on the hit slots: n_ev + hit rank
+        dest.add_(self._arange32).sub_(stale).mul_(hit_in_order).add_(stale)
+        dest64 = ws("at", (g, B), torch.int64).copy_(dest)
+        if whole:  # write the new order beside the old one and swap: no copy in or out
+            self._lru_next.scatter_(1, dest64, lru)
+            self._lru, self._lru_next = self._lru_next, self._lru
+        else:
+            self._lru.index_copy_(0, rid, ws("lru_new", (g, B), torch.int64).scatter_(1, dest64, lru))
 
         # The reserved slot always holds the newest token.
         refresh = self._newest_pos.index_select(0, rid) != newest
@@ -715,6 +728,18 @@ class HotBuffer:
         v = cur.view(g, top_k).to(i32) + is_newest * self._reserved_plus_one  # -1 + B + 1
         out = v + (v >= 0) * (rid * W).to(i32)[:, None]
         return out, src, dst, hits, misses
+
+    def _ws(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        """Scratch tensor `name` of `shape`, kept between steps (its contents are whatever the
+        last step left). At most [num_requests, buffer_size + 1] each: bytes_needed counts them."""
+        count = 1
+        for n in shape:
+            count *= n
+        buf = self._scratch.get(name)
+        if buf is None or buf.numel() < count or buf.dtype != dtype:
+            buf = torch.empty(max(count, 1), dtype=dtype, device=self._device)
+            self._scratch[name] = buf
+        return buf[:count].view(shape)
 
     def _copy_rows(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """buffer[dst[i]] = host_rows[src[i]] for all i: a gather into a staging buffer and one

@@ -31,6 +31,8 @@ def hot_buffer_bytes(num_requests: int, max_seq_len: int, buffer_size: int, page
     """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position maps
     and LRU order, the staging of a copy."""
     rows = num_requests * (buffer_size + page_size) * row_bytes
-    state = (num_requests * buffer_size * 8 * 2
+    state = (num_requests * buffer_size * 8 * 3  # slot -> position, the LRU order and the next one
              + (num_requests * max_seq_len + 1) * slot_bytes(device_type, buffer_size))
-    return rows + state + min(STAGING_BYTES, rows)
+    # the LRU bookkeeping's scratch: 5 int64, 4 int32 and 3 bool [R, B] tensors, reused every step
+    scratch = num_requests * (buffer_size + 1) * (5 * 8 + 4 * 4 + 3)
+    return rows + state + scratch + min(STAGING_BYTES, rows)

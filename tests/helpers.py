@@ -58,6 +58,31 @@ def python_files(*folders, root: str = ROOT):
                     yield os.path.join(folder, name)
 
 
+def bulk_decisions(policy, configs) -> list:
+    """The bulk evaluator's (policy.probe) decisions for `configs` (canonical keys), as Decision
+    objects (their not_applicable left empty: the bulk evaluator does not compute it)."""
+    from engine.language.decision import Decision
+
+    out: list = []
+    n = len(policy.rule_list)
+    policy.probe()([tuple(policy.complete(c).values()) for c in configs], out.append, [0] * n, [0] * n)
+    assert len(out) == len(configs)
+    return [Decision(policy, v, s, log, viol, c, scope) for c, (v, s, log, viol, scope) in zip(configs, out)]
+
+
+def assert_bulk_equals_evaluate(policy, configs=None) -> int:
+    """The bulk evaluator decides as evaluate (the interpreter) on every config of `configs`
+    (default: the whole domain): acceptance, resolved values, sources, log lines, violations
+    (check, phase, message, location, raises) and scope. Returns the number of configs."""
+    configs = list(policy.domain()) if configs is None else list(configs)
+    for config, bulk in zip(configs, bulk_decisions(policy, configs)):
+        d = policy.evaluate(config)
+        assert bulk.outcome() == d.outcome(), config
+        assert bulk.sources == d.sources, config
+        assert [v.to_dict() for v in bulk.violations] == [v.to_dict() for v in d.violations], config
+    return len(configs)
+
+
 def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     """The lint's instrumented evaluator counts the rule hits the interpreter's traces show, on every
     `every`-th config of the domain, and decides as the interpreter does."""

@@ -219,7 +219,7 @@ def test_enum_members_are_the_values_they_stand_for():
     policy = engine.load_policy("dsa-backends@2")
     config = {"enable_hisparse": True, "kv_cache_dtype": Dtype.FP8, "disable_radix_cache": True,
               "sm_major": Arch.BLACKWELL, "nsa-decode-backend": "flashmla_kv"}
-    fast, slow = policy.evaluate(config), policy.interpret(config)
+    fast, slow = policy.evaluate(config), policy.trace(config)[0]
     assert fast.to_dict() == slow.to_dict() == policy.evaluate(
         dict(HISPARSE_FP8, sm_major=10, nsa_decode_backend="flashmla_kv")).to_dict()
     assert type(fast.config["kv_cache_dtype"]) is str and type(fast.config["sm_major"]) is int

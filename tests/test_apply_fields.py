@@ -80,3 +80,45 @@ def test_nothing_is_written_unless_everything_can_be(make):
     with pytest.raises(ServerArgsError, match="nothing was written"):
         apply(target)
     assert {k: getattr(target, k) for k in FP8_HISPARSE} == before
+
+
+def _policy_file(tmp_path, text: str) -> str:
+    path = tmp_path / "edited.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_the_exception_raised_is_the_rules_raises_not_its_name(tmp_path):
+    """`raises` is policy data: renaming the radix-cache check keeps its AssertionError, and
+    taking `raises` away makes the same check a ValueError."""
+    import engine
+
+    shipped = open(engine.load_policy("dsa-backends").path, encoding="utf-8").read()
+    assert "    - name: hisparse-radix-cache\n      raises: AssertionError" in shipped
+    renamed = shipped.replace("- name: hisparse-radix-cache\n", "- name: radix-cache-renamed\n", 1)
+    refused = dict(FP8_HISPARSE, disable_radix_cache=False)
+    with pytest.raises(AssertionError, match="disable-radix-cache"):
+        apply(dict(refused), _policy_file(tmp_path, renamed))
+    plain = shipped.replace("    - name: hisparse-radix-cache\n      raises: AssertionError  # a bare assert in SGLang\n",
+                            "    - name: hisparse-radix-cache\n", 1)
+    assert plain != shipped
+    with pytest.raises(ValueError, match="disable-radix-cache") as info:
+        apply(dict(refused), _policy_file(tmp_path, plain))
+    assert not isinstance(info.value, AssertionError)
+    decision = engine.load_policy(_policy_file(tmp_path, plain)).evaluate(refused)
+    assert decision.violations[0].raises == "ValueError" and decision.to_dict()["violations"][0]["raises"] == "ValueError"
+
+
+def test_raises_needs_a_rule_that_can_refuse(tmp_path):
+    import engine
+
+    shipped = open(engine.load_policy("dsa-backends").path, encoding="utf-8").read()
+    bad = shipped.replace("    - name: auto-dtype-fp8\n", "    - name: auto-dtype-fp8\n      raises: AssertionError\n", 1)
+    assert bad != shipped
+    with pytest.raises(engine.PolicyError) as info:
+        engine.load_policy(_policy_file(tmp_path, bad))
+    assert "raises" in str(info.value)
+    wrong = shipped.replace("raises: AssertionError  # a bare assert in SGLang", "raises: KeyError", 1)
+    with pytest.raises(engine.PolicyError) as info:
+        engine.load_policy(_policy_file(tmp_path, wrong))
+    assert "raises" in str(info.value) and "KeyError" in str(info.value)

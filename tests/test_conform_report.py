@@ -1,5 +1,6 @@
 """The policy side of `hisparse conform`, without SGLang: translation to launches, stratified
 samples, and the comparison and its groups, fed with results that are known."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,8 @@ def as_result(decision) -> Result:
     """What SGLang would report if it did exactly what the decision says."""
     b = decision.backends
     return Result(decision.ok, decision.error, decision.config["kv_cache_dtype"], (b["prefill"], b["decode"]),
-                  tuple(decision.log), "done" if decision.ok else "check", None, None)
+                  tuple(decision.log), "done" if decision.ok else "check", None,
+                  None if decision.ok else decision.violations[0].raises)
 
 
 def test_case_of_spells_what_an_operator_types():
@@ -77,6 +79,22 @@ def test_identical_results_agree():
     assert got["conformant"] and got["counts"] == {"agree": len(configs), "differ": 0, "out_of_scope": 0}
 
 
+def test_another_exception_type_is_a_difference_in_exception_only():
+    configs = _slice()
+    results = [as_result(V4.evaluate(c)) for c in configs]
+    flipped = {"AssertionError": "ValueError", "ValueError": "AssertionError"}
+    asserted = [i for i, r in enumerate(results) if r.error_type == "AssertionError"]
+    assert asserted  # the slice holds configs whose rule raises AssertionError (policy data: raises)
+    for i in asserted:
+        results[i] = dataclasses.replace(results[i], error_type=flipped[results[i].error_type])
+    got = report.compare(V4, configs, [cases.case_of(V4, c) for c in configs], results, sampled=False)
+    assert not got["conformant"] and got["counts"]["differ"] == len(asserted)
+    assert got["fields"]["exception"] == len(asserted) and sum(got["fields"].values()) == len(asserted)
+    (group,) = got["groups"]
+    assert group["fields"] == ["exception"] and group["example"]["sglang"]["exception"] == "ValueError"
+    assert group["example"]["policy"]["exception"] == "AssertionError"
+
+
 def test_differences_are_grouped_into_exact_patterns():
     configs = _slice()
     results = []
@@ -110,11 +128,12 @@ def test_rejections_compare_message_and_log_not_backends():
     c = V4.complete({"kv_cache_dtype": "bfloat16", "dsa_prefill_backend": "triton"})
     d = V4.evaluate(c)
     assert not d.ok and d.log == []  # the check at defaults stops before "Set DSA backends ..."
-    other_backends = Result(False, d.error, "bfloat16", ("triton", None), (), "resolve")
+    other_backends = Result(False, d.error, "bfloat16", ("triton", None), (), "resolve", None, "ValueError")
     got = report.compare(V4, [c], [cases.case_of(V4, c)], [other_backends], sampled=False)
     assert got["conformant"]
     logged = Result(False, d.error, "bfloat16", ("triton", "fa3"),
-                    ("Set DSA backends for bfloat16 KV Cache: prefill=triton, decode=fa3.",), "resolve")
+                    ("Set DSA backends for bfloat16 KV Cache: prefill=triton, decode=fa3.",), "resolve", None,
+                    "ValueError")
     got = report.compare(V4, [c], [cases.case_of(V4, c)], [logged], sampled=False)
     assert not got["conformant"] and got["fields"]["log"] == 1 and got["fields"]["message"] == 0
 

@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from kernels_bridge import (BACKENDS, ProviderUnavailable, ValidationError, flashmla,
-                            quantize_kv_fp8, run_backend, sparse_decode_fp8, sparse_prefill)
+                            quantize_kv_fp8, run_backend)
 from kernels_bridge.dispatch import PROVIDERS, AttentionResult, select_provider
+from kernels_bridge.gpu_check import check
+import tests.oracles.bridge_oracle as oracle
 import tests.oracles.fake_flash_mla as fake_flash_mla
 
 BF16, I32 = torch.bfloat16, torch.int32
@@ -38,10 +40,60 @@ def decode_args(h_q=64, b=3, s_q=1, nb=6, bs=64, topk=128, seed=1):
     return q, cache.view(nb, bs, 1, 656), idx
 
 
-def test_public_names():
-    assert BACKENDS == ("flashmla_sparse", "flashmla_kv")
-    assert PROVIDERS == ("auto", "reference", "flashmla")
-    assert AttentionResult._fields == ("out", "lse", "max_logits", "provider")
+def _shipped_backend_names():
+    """Every backend name the shipped default policy can route a phase to (policy data)."""
+    import engine
+
+    policy = engine.load_policy("dsa-backends")
+    return {v for spec in policy.inputs.values() if spec.phase for v in spec.values}
+
+
+def test_the_bridge_runs_exactly_its_backends_of_the_policys_domain(no_flash_mla):
+    """Every backend a shipped policy can choose either runs here (it is one of BACKENDS) or is
+    refused by name before any work; BACKENDS names nothing the policy cannot choose."""
+    names = _shipped_backend_names()
+    assert set(BACKENDS) <= names
+    q, kv, pidx = prefill_args(h_q=64, s_q=2, topk=128)
+    dq, cache, didx = decode_args(b=1)
+    ran = set()
+    for name in sorted(names):
+        try:
+            if "kv" in name:
+                result = run_backend(name, dq, cache, didx)
+            else:
+                result = run_backend(name, q, kv, pidx, sm_scale=0.1)
+        except ValidationError as exc:
+            assert f"unknown backend {name!r}" in str(exc) and "the bridge provides" in str(exc)
+            continue
+        ran.add(name)
+        assert result.provider == "reference"
+    assert ran == set(BACKENDS)
+
+
+def test_results_come_back_by_name_in_flashmla_conventions(no_flash_mla):
+    """AttentionResult's fields hold what FlashMLA returns: out, lse, max_logits (prefill only)
+    and the provider; unpacking follows that order."""
+    q, kv, idx = prefill_args(h_q=64, s_q=2, topk=128)
+    out, lse, max_logits, provider = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
+    assert out.shape == (2, 64, 512) and out.dtype == BF16
+    assert lse.shape == max_logits.shape == (2, 64) and lse.dtype == torch.float32
+    assert provider == "reference" and bool((lse >= max_logits).all())   # lse >= max, always
+    dq, cache, didx = decode_args(b=2)
+    got = run_backend("flashmla_kv", dq, cache, didx)
+    assert got.out.shape == (2, 1, 64, 512) and got.lse.shape == (2, 64, 1) and got.max_logits is None
+
+
+def test_every_provider_is_accepted_and_nothing_else(no_flash_mla):
+    q, cache, idx = decode_args(b=1)
+    here = {"auto": "reference", "reference": "reference", "flashmla": ProviderUnavailable}
+    for provider in PROVIDERS:  # a provider added without saying what it does here: KeyError
+        if here[provider] is ProviderUnavailable:
+            with pytest.raises(ProviderUnavailable):
+                run_backend("flashmla_kv", q, cache, idx, provider=provider)
+        else:
+            assert run_backend("flashmla_kv", q, cache, idx, provider=provider).provider == here[provider]
+    with pytest.raises(ValidationError, match="unknown provider 'flashml'.*did you mean 'flashmla'"):
+        run_backend("flashmla_kv", q, cache, idx, provider="flashml")
 
 
 def test_sparse_backend_runs_the_reference_here(no_flash_mla):
@@ -50,19 +102,21 @@ def test_sparse_backend_runs_the_reference_here(no_flash_mla):
     lengths = torch.tensor([256, 0, 17, 200], dtype=I32)
     got = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.08, attn_sink=sink,
                       topk_length=lengths)
-    want = sparse_prefill(q, kv, idx, 0.08, attn_sink=sink, topk_length=lengths)
+    out, mx, lse = oracle.prefill_oracle(q, kv, idx, 0.08, attn_sink=sink, topk_length=lengths)
     assert isinstance(got, AttentionResult) and got.provider == "reference"
-    assert torch.equal(got.out, want[0]) and torch.equal(got.max_logits, want[1])
-    assert torch.equal(got.lse, want[2])
+    assert check("prefill_out", got.out, torch.from_numpy(out))["passed"]
+    assert check("prefill_max_logits", got.max_logits, torch.from_numpy(mx))["passed"]
+    assert check("prefill_lse", got.lse, torch.from_numpy(lse))["passed"]
     assert torch.all(got.lse[1] == math.inf)
 
 
 def test_kv_backend_runs_the_reference_here(no_flash_mla):
     q, cache, idx = decode_args()
     got = run_backend("flashmla_kv", q, cache, idx, softmax_scale=0.05)
-    want = sparse_decode_fp8(q, cache, idx, softmax_scale=0.05)
+    out, lse = oracle.decode_oracle(q, cache, idx, softmax_scale=0.05)
     assert got.provider == "reference" and got.max_logits is None
-    assert torch.equal(got.out, want[0]) and torch.equal(got.lse, want[1])
+    assert check("decode_out", got.out, torch.from_numpy(out))["passed"]
+    assert check("decode_lse", got.lse, torch.from_numpy(lse))["passed"]
     assert got.lse.shape == (3, 64, 1)
 
 
@@ -110,11 +164,29 @@ def test_validation_precedes_provider_choice(monkeypatch):
     flashmla.reset_probe()
 
 
-def test_results_do_not_depend_on_the_provider_spelling(no_flash_mla):
-    q, kv, idx = prefill_args(h_q=64, topk=128)
-    auto = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
-    ref = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1, provider="reference")
-    assert all(torch.equal(a, b) for a, b in zip(auto[:3], ref[:3], strict=True))
+@pytest.mark.parametrize("usable", [True, False])
+def test_auto_runs_flashmla_exactly_when_it_is_usable(monkeypatch, usable):
+    """provider="auto" follows what flashmla reports: a stand-in kernel whose result is marked
+    runs when nothing stands in the way; otherwise the reference runs, and its result is the
+    float64 oracle's (not the marked one)."""
+    marker = 7.0
+
+    def kernel(q, kv, indices, sm_scale, attn_sink, topk_length):
+        s_q, h_q = q.shape[:2]
+        stats = torch.full((s_q, h_q), marker)
+        return torch.full((s_q, h_q, 512), marker, dtype=BF16), stats, stats.clone()
+
+    monkeypatch.setattr(flashmla, "unusable_reasons", lambda *a, **k: [] if usable else ["no GPU here"])
+    monkeypatch.setattr(flashmla, "prefill_call", kernel)
+    q, kv, idx = prefill_args(h_q=64, s_q=2, topk=128)
+    got = run_backend("flashmla_sparse", q, kv, idx, sm_scale=0.1)
+    assert got.provider == ("flashmla" if usable else "reference")
+    assert bool((got.out == marker).all()) is usable
+    if not usable:
+        out, mx, lse = oracle.prefill_oracle(q, kv, idx, 0.1)
+        assert check("prefill_out", got.out, torch.from_numpy(out))["passed"]
+        assert check("prefill_lse", got.lse, torch.from_numpy(lse))["passed"]
+        assert select_provider("flashmla_sparse", None) == ("reference", "no GPU here")
 
 
 def test_scale_may_be_any_real_number(no_flash_mla):

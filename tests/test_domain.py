@@ -200,7 +200,7 @@ def test_bulk_outcomes_equal_evaluate_on_the_whole_domain(ref, synthetic):
         full = [r for chunk in domain.results(policy, [tuple(c.values()) for c in configs], [0] * 8, [0] * 8)
                 for r in chunk]
         for config, (values, sources, log, viol, scope) in zip(configs, full):
-            d = policy.interpret(config)  # the reference semantics
+            d = policy.evaluate(config)  # the reference semantics (the interpreter)
             assert (values, sources, tuple(log), tuple(viol), scope is None) == \
                 (tuple(d.config.values()), tuple(d.sources.values()), tuple(d.log), d._raw, d.in_scope), config
 

@@ -198,7 +198,8 @@ def _first_diff(a: bytes, b: bytes):
 
 
 def test_float32_dequantize_equals_bf16_dequantize_bit_for_bit():
-    """The reference kernels dequantize straight to float32; that must change no value."""
+    """The reference kernels dequantize straight to float32; that must change no value: both
+    paths give exactly what the independent numpy decoder gives."""
     from kernels_bridge.fp8 import dequantize_kv_fp8_f32
 
     g = torch.Generator().manual_seed(7)
@@ -207,10 +208,11 @@ def test_float32_dequantize_equals_bf16_dequantize_bit_for_bit():
     kv[1, :128] = 1e-30                           # subnormal codes
     kv[2, 128:256] = torch.finfo(torch.bfloat16).max / 2
     rows = quantize_kv_fp8(kv.to(torch.bfloat16))
-    want = dequantize_kv_fp8(rows).float()
+    want = torch.from_numpy(oracle.dequantize_rows_np(rows.numpy())).float()  # independent decoder
     got = dequantize_kv_fp8_f32(rows)
     assert got.dtype == torch.float32 and got.shape == (300, 576)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert torch.equal(got.view(torch.int32), dequantize_kv_fp8(rows).float().view(torch.int32))
 
 
 @pytest.mark.parametrize("rows", [1, 255, 256, 257, 1000])
@@ -236,3 +238,20 @@ def test_table_lookup_dequantize_equals_torch_conversion_bit_for_bit(rows):
     assert torch.equal(got32.view(torch.int32), want32.view(torch.int32))
     got16 = dequantize_kv_fp8(packed)
     assert torch.equal(got16.view(torch.int16), want32.to(torch.bfloat16).view(torch.int16))
+
+
+def test_dequantize_into_a_given_output():
+    """out= is written in place with exactly the bits of a fresh result (checked against the
+    independent numpy decoder), and a wrong out is refused before anything is written."""
+    g = torch.Generator().manual_seed(11)
+    rows = quantize_kv_fp8(torch.randn(3, 5, 576, generator=g).to(torch.bfloat16))
+    out = torch.full((3, 5, 576), 7.0, dtype=torch.bfloat16)
+    assert dequantize_kv_fp8(rows, out=out) is out
+    want = torch.from_numpy(oracle.dequantize_rows_np(rows.view(-1, 656).numpy())).to(torch.bfloat16)
+    assert torch.equal(out.view(-1, 576).view(torch.int16), want.view(torch.int16))
+    for bad, fragment in ((torch.empty(3, 5, 576), "bfloat16"), (torch.empty(15, 576, dtype=torch.bfloat16), "[3, 5, 576]"),
+                          (torch.empty(3, 5, 1152, dtype=torch.bfloat16)[..., ::2], "contiguous"), ("x", "str")):
+        before = out.clone()
+        with pytest.raises(ValidationError, match="out: expected") as info:
+            dequantize_kv_fp8(rows, out=bad)
+        assert fragment in str(info.value) and torch.equal(out, before)

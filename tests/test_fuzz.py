@@ -33,7 +33,7 @@ from engine.analysis.lint import lint
 from engine.files.json_reader import parse_json
 from engine.files.reading import ReadError, decode_utf8
 from engine.files.yaml_reader import parse_yaml
-from tests.helpers import ROOT
+from tests.helpers import ROOT, assert_bulk_equals_evaluate
 from kernels_bridge import ValidationError, quantize_kv_fp8, reference, run_backend
 
 _ASKED = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES") or 0)
@@ -136,10 +136,10 @@ def test_evaluate_raises_only_config_error_and_is_deterministic(ref, data):
 @pytest.mark.parametrize("ref", REFS)
 @fuzz(300)
 @given(data=st.data())
-def test_compiled_evaluator_equals_interpreter(ref, data):
+def test_traced_evaluation_equals_evaluate(ref, data):
     policy = SHIPPED[ref]
     config = data.draw(configs(policy))
-    assert _outcome(policy.evaluate, config) == _outcome(policy.interpret, config)
+    assert _outcome(policy.evaluate, config) == _outcome(lambda c: policy.trace(c)[0], config)
 
 
 def _accepted_invariants(policy, d) -> None:
@@ -276,14 +276,13 @@ def test_mutated_policies_load_or_fail_with_policy_error(ref, data, family_dir):
         return
     code, text = _check_in_process(path)
     assert code == 0 and "internal error" not in text, text
-    # a policy that loads must evaluate like its interpreter, on its domain and on random configs
+    # a policy that loads decides alike in bulk and traced, on its domain and on random configs
     size = policy.domain_size()
     for k in data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=25)) if size else []:
-        config = _domain_config(policy, k)
-        assert _outcome(policy.evaluate, config) == _outcome(policy.interpret, config), config
+        assert_bulk_equals_evaluate(policy, [_domain_config(policy, k)])
     for _ in range(5):
         config = data.draw(configs(policy))
-        assert _outcome(policy.evaluate, config) == _outcome(policy.interpret, config), config
+        assert _outcome(policy.evaluate, config) == _outcome(lambda c: policy.trace(c)[0], config), config
     if policy.domain_size() <= 20_000:  # the deep lint too (the shipped v3 takes a second)
         problems, _ = lint(policy)
         assert all(p.code in engine.CODES for p in problems)

@@ -204,8 +204,10 @@ def test_every_command_survives_hostile_arguments(files):
     assert "cannot write to stdout: it is closed" in by_name["explain >&-"][2]
     assert by_name["batch stdin /dev/zero"][0] == 2 and "character device" in by_name["batch stdin /dev/zero"][2]
     assert by_name["record fifo"][0] == 2 and "a record file is a regular file" in by_name["record fifo"][2]
-    assert by_name["check collide"][0] == 2 and "--steps is reserved" in by_name["check collide"][1]
+    # --steps is attend's option, not the language's: check accepts the policy, attend refuses it
+    assert by_name["check collide"][0] == 0, by_name["check collide"]
     assert by_name["attend collide"][0] == 2 and "E309" in by_name["attend collide"][2]
+    assert "input 'sm_major' takes the flag --steps" in by_name["attend collide"][2]
     assert by_name["attend huge buffer"][0] == 2
     assert "--hisparse-device-buffer-size: this workload needs" in by_name["attend huge buffer"][2]
     assert by_name["replay tampered"][0] == 2 and by_name["replay tampered"][1].count("C505") == 5

@@ -1,6 +1,6 @@
 """Four extensions of the policy language, on small policies written here: checks placed
 `at: defaults`, `upstream:`, `removed_flags` and a phase's `backends`. For each: what it does
-(the compiled evaluator and the interpreter agree on every config of each fixture's domain), the
+(the bulk evaluator and evaluate agree on every config of each fixture's domain), the
 errors a policy gets with file:line:col, and what explain, table, test, lint and conform make of it."""
 import json
 
@@ -10,7 +10,7 @@ import engine
 from engine.analysis import policytest
 from engine.analysis.lint import lint
 from engine.language.rules import Upstream
-from tests.helpers import assert_probe_counts_like_traces, load_text, run_cli, write_policy
+from tests.helpers import assert_bulk_equals_evaluate, assert_probe_counts_like_traces, bulk_decisions, load_text, run_cli, write_policy
 
 
 def at(text: str, marker: str, token: str | None = None) -> tuple[int, int]:
@@ -28,15 +28,9 @@ def problems_of(tmp_path, text: str) -> list:
 
 
 def assert_evaluators_agree(policy) -> int:
-    """Compiled and interpreted decisions are the same on every config of the domain: acceptance,
+    """Bulk and single decisions are the same on every config of the domain: acceptance,
     resolved values, backends, sources, log lines, violations (check, phase, message, location)."""
-    n = 0
-    for config in policy.domain():
-        fast, slow = policy.evaluate(config), policy.interpret(config)
-        assert fast.outcome() == slow.outcome(), config
-        assert fast.sources == slow.sources, config
-        assert [v.to_dict() for v in fast.violations] == [v.to_dict() for v in slow.violations], config
-        n += 1
+    n = assert_bulk_equals_evaluate(policy)
     assert n == policy.domain_size()
     return n
 
@@ -128,7 +122,7 @@ def test_at_is_read_from_the_file(atdef):
      {"first": "by-mode-b", "second": "by-mode-b"}),
 ])
 def test_a_failed_check_at_defaults_stops_before_the_default_log_line(atdef, config, violations, log, sources):
-    for d in (atdef.evaluate(config), atdef.interpret(config)):
+    for d in (atdef.evaluate(config), atdef.trace(config)[0], bulk_decisions(atdef, [config])[0]):
         assert [(v.check, v.phase, v.message) for v in d.violations] == violations
         assert d.ok == (not violations)
         assert d.log == log
@@ -201,7 +195,7 @@ def test_at_defaults_checks_in_the_shipped_v4():
     assert [r.name for r in v4.stages["checks"].rules if r.at == "defaults"] == [
         "tilelang-fp8-hisparse", "triton-on-cuda", "tilelang-fp8-both", "tilelang-fp8-sm89"]
     for d in (v4.evaluate({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"}),
-              v4.interpret({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"})):
+              v4.trace({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "triton"})[0]):
         assert d.violations[0].check == "triton-on-cuda" and d.log == []
     d = v4.evaluate({"enable_hisparse": True, "kv_cache_dtype": "bfloat16"})
     assert d.violations[0].check == "hisparse-radix-cache"
@@ -415,7 +409,7 @@ def test_removed_spellings_are_kept_apart(gone):
     ({"legacy_backend": "b", "main_backend": "b"}, "--legacy-backend", "use --main-backend"),  # even beside the new one
 ])
 def test_a_removed_spelling_is_c501_naming_its_replacement(gone, config, flag, note):
-    for evaluate in (gone.evaluate, gone.interpret):
+    for evaluate in (gone.evaluate, gone.trace):
         with pytest.raises(engine.ConfigError) as exc:
             evaluate(config)
         (p,) = exc.value.problems
@@ -538,7 +532,7 @@ def test_a_phase_accepts_its_backends_in_declared_order(subset):
 
 
 def test_another_backend_for_that_phase_is_c502(subset, capsys):
-    for evaluate in (subset.evaluate, subset.interpret):
+    for evaluate in (subset.evaluate, subset.trace):
         with pytest.raises(engine.ConfigError) as exc:
             evaluate({"second_backend": "k3"})
         (p,) = exc.value.problems

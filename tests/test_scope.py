@@ -14,7 +14,7 @@ import pytest
 import engine
 from engine.files.shipped import DEFAULT_POLICY
 from engine.sglang.given import config_of
-from tests.helpers import run_cli, write_policy
+from tests.helpers import bulk_decisions, run_cli, write_policy
 
 POLICY = engine.load_policy(DEFAULT_POLICY)  # the newest shipped version
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -71,16 +71,15 @@ def test_a_dsa_model_is_in_scope(given, family):
     assert data["model_family"] == family and "not_applicable" not in data
 
 
-def test_the_compiled_evaluator_and_the_interpreter_agree_on_scope_over_the_domain():
+def test_bulk_and_single_decisions_agree_on_scope_over_the_domain():
     seen = set()
-    for k, config in enumerate(POLICY.domain()):
-        if k % 7:
-            continue
-        fast, slow = POLICY.evaluate(config), POLICY.interpret(config)
-        assert (fast.in_scope, fast.out_of_scope, fast.not_applicable) == \
-            (slow.in_scope, slow.out_of_scope, slow.not_applicable), config
-        assert fast.in_scope == config["dsa_model"], config  # today: exactly the non-DSA models
-        seen.add(fast.in_scope)
+    configs = [config for k, config in enumerate(POLICY.domain()) if not k % 7]
+    for config, bulk in zip(configs, bulk_decisions(POLICY, configs)):
+        d, traced = POLICY.evaluate(config), POLICY.trace(config)[0]
+        assert (bulk.in_scope, bulk.out_of_scope) == (d.in_scope, d.out_of_scope), config
+        assert (traced.in_scope, traced.not_applicable) == (d.in_scope, d.not_applicable), config
+        assert d.in_scope == config["dsa_model"], config  # today: exactly the non-DSA models
+        seen.add(d.in_scope)
     assert seen == {True, False}
 
 
@@ -243,7 +242,8 @@ def test_conform_and_evaluate_never_disagree_on_scope():
     for c in configs:  # SGLang refuses every config at a left-out place; the policy says what it covers
         d = POLICY.evaluate(c)
         results.append(Result(False, "refused", None, (None, None), (), "check", place, "ValueError")
-                       if d.ok else Result(False, d.error, None, (None, None), tuple(d.log), "check", None, "ValueError"))
+                       if d.ok else Result(False, d.error, None, (None, None), tuple(d.log), "check", None,
+                                           d.violations[0].raises))
     got = _compare(configs, results)
     out_of_scope = sum(1 for c in configs if not POLICY.evaluate(c).in_scope and POLICY.evaluate(c).ok)
     assert out_of_scope and got["counts"]["out_of_scope"] == out_of_scope

@@ -1,8 +1,9 @@
 """dsa-backends@1 and @2 agree with SGLang (the transcription in sglang_reference.py) on every
-config of the reference's input domain, and the compiled evaluator agrees with the interpreter."""
+config of the reference's input domain, and the bulk evaluator agrees with evaluate."""
 import pytest
 
 import engine
+from tests.helpers import assert_bulk_equals_evaluate
 from tests.oracles.sglang_reference import domain, route
 
 DOMAIN = list(domain())
@@ -41,29 +42,20 @@ def test_every_config_matches_sglang(version):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_compiled_evaluator_equals_interpreter(version):
+def test_bulk_evaluator_equals_evaluate(version):
     policy = engine.load_policy(f"dsa-backends@{version}")
-    for config in DOMAIN:
-        fast, slow = policy.evaluate(config), policy.interpret(config)
-        assert fast.outcome() == slow.outcome(), config
-        assert fast.sources == slow.sources, config
-        assert [v.to_dict() for v in fast.violations] == [v.to_dict() for v in slow.violations], config
+    assert assert_bulk_equals_evaluate(policy, DOMAIN) == len(DOMAIN)
 
 
 # -- dsa-backends@8 (SGLang 0.5.20) ---------------------------------------------------------------
 # Checked against SGLang 0.5.20's own code by `hisparse conform` where that release is installed
 # (tests/test_conform_releases.py), and here by its test cases read from that code
-# (policies/dsa-backends/tests/v8.yaml); what stays here is that both evaluators agree on it.
+# (policies/dsa-backends/tests/v8.yaml); what stays here is that both evaluators agree on it,
+# sources and whole violations included (tests/test_domain.py compares the outcomes on every config).
 V8 = "dsa-backends@8"
 
 
-def test_v8_compiled_equals_interpreter_on_a_slice():
+def test_v8_bulk_evaluator_equals_evaluate_on_a_slice():
     policy = engine.load_policy(V8)
-    checked = 0
-    for i, config in enumerate(policy.domain()):
-        if i % 7:  # a seventh of the domain keeps this quick
-            continue
-        fast, slow = policy.evaluate(config), policy.interpret(config)
-        assert fast.outcome() == slow.outcome() and fast.sources == slow.sources, config
-        checked += 1
-    assert checked == -(-policy.domain_size() // 7)
+    configs = [config for i, config in enumerate(policy.domain()) if not i % 7]
+    assert assert_bulk_equals_evaluate(policy, configs) == -(-policy.domain_size() // 7)

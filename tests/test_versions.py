@@ -7,8 +7,13 @@ from engine.cli.versions import modelled_releases
 from tests.helpers import run_cli
 
 
-def report(tmp_path, name, family, version, release, total, agree, scope, sample=None):
-    body = {"policy": {"family": family, "version": version, "upstream": "sglang x"}, "sglang": release,
+def report(tmp_path, name, family, version, release, total, agree, scope, sample=None, sha256=None):
+    if sha256 is None:  # the report of the file as it is now
+        import engine
+
+        sha256 = engine.load_policy(f"{family}@{version}").sha256
+    body = {"policy": {"family": family, "version": version, "upstream": "sglang x", "sha256": sha256},
+            "sglang": release,
             "total": total, "counts": {"agree": agree, "out_of_scope": scope, "differ": total - agree - scope},
             "sample": sample, "seconds": 180.0, "groups": []}
     (tmp_path / name).write_text(json.dumps(body))
@@ -43,7 +48,18 @@ def test_figures_come_from_the_report_of_that_version_against_that_release(tmp_p
     assert f"| 0.5.23 | `{ref}` | 1,000 (sample, seed 5) | 800 | 150 | 50 |" in table.splitlines()
     assert f"| 0.5.22 | `{ref}` | not run | | | |" in table.splitlines()
     text = versions.text_table(list(by_release.values()))
-    assert "3 min" in text and "not run" in text
+    assert "3 min" in text and "not run" in text and "earlier revision" not in text
+
+
+def test_a_report_of_other_bytes_says_so(tmp_path):
+    """A saved report made on an earlier revision of the version's file is shown, and said to be."""
+    ref = modelled_releases()["0.5.23"][0][0]
+    family, number = ref.split("@")
+    report(tmp_path, "old.json", family, int(number), "0.5.23", 1000, 1000, 0, sha256="0" * 64)
+    row = {r["release"]: r for r in versions.rows(reports=str(tmp_path))}["0.5.23"]
+    assert row["conformance"]["current"] is False
+    assert f"| 0.5.23 | `{ref}` | 1,000 (an earlier revision of the file) | 1,000 | 0 | 0 |" in \
+        versions.markdown_table([row]).splitlines()
 
 
 def test_hisparse_versions_lists_every_release(capsys):

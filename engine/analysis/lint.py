@@ -259,6 +259,7 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
     where = {n: k for k, n in enumerate(names)}
     reads = {b: [where[n] for n in sorted(set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]))
                  if n in where] for b, c in caps.items()}
+    picks = {b: domain.reorder(idx) for b, idx in reads.items()}  # this loop sees every config
     gate_reads = set(policy.stages["checks"].when.inputs())
     for r in gates:
         gate_reads |= r.when.inputs() | r.allowed.keys_read()
@@ -280,7 +281,7 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
                     cap = caps.get(backend)
                     if cap is None:
                         continue
-                    vkey = (backend, phase, tuple(values[k] for k in reads[backend]), sources)
+                    vkey = (backend, phase, picks[backend](values), sources)
                     verdict = verdicts.get(vkey, 0)
                     if verdict == 0:
                         env = dict(zip(names, values))

@@ -260,8 +260,8 @@ def cmd_conform(argv) -> int:
     parser = Parser(prog="hisparse conform",
                     description="Run the installed SGLang's own start-up code (parser, ServerArgs, resolution, "
                                 "check_server_args, --hisparse-config) on every config of the policy's domain, or "
-                                "a stratified sample, and compare with the policy: acceptance, message, resolved "
-                                "KV dtype, backends and routing log lines. Without --policy: the version that models the "
+                                "a stratified sample, and compare with the policy: acceptance, message, exception "
+                                "type, resolved KV dtype, backends and routing log lines. Without --policy: the version that models the "
                                 "installed SGLang. Exit 0 conformant, 1 different, 2 "
                                 "SGLang unavailable.")
     add_policy_options(parser)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -35,8 +36,27 @@ def wrap_words(text: str, width: int) -> list[str]:
     return lines + [line] if line else lines
 
 
+def terminal_columns() -> int:
+    """shutil.get_terminal_size().columns without importing shutil (argparse imports it for every
+    parser it builds, which `hisparse evaluate`'s start-up would pay): $COLUMNS, the terminal's, or 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's help, wrapped by wrap_words (argparse's own wrapping breaks inside long words)."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        super().__init__(prog, indent_increment, max_help_position,
+                         terminal_columns() - 2 if width is None else width)
 
     def _split_lines(self, text, width):
         return wrap_words(text, width)
@@ -227,7 +247,7 @@ def _add_input_flags(parser, group, policy, defaults: dict) -> None:
 def flag_values(policy, ns) -> dict:
     """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
     the config is evaluated; errors name what was typed)."""
-    from engine.sglang.given import MODEL_KEYS, OPTIONS
+    from engine.sglang.given import SOURCE_KEYS
 
     given = {}
     deprecated = {}  # dest -> the flag, put in the order typed after the loop
@@ -245,7 +265,7 @@ def flag_values(policy, ns) -> dict:
     for dest in getattr(ns, TYPED, None) or ():
         if dest in deprecated and getattr(ns, dest, None) is not None:
             given[deprecated[dest][2:]] = getattr(ns, dest)
-    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+    for key in SOURCE_KEYS:
         value = getattr(ns, f"sglang__{key}", None)
         if value is not None:
             given[key] = value

@@ -5,8 +5,6 @@ there; an existing DIR that is not empty is never written into."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 from engine.cli.options import OK, Parser, UsageError
 from engine.files.shipped import shipped_policy_dir
@@ -35,6 +33,9 @@ def export(dest: str) -> list[str]:
     parent = os.path.dirname(os.path.abspath(dest))
     files = shipped_files()
     try:
+        import shutil  # only for an export: not on every command's start-up
+        import tempfile
+
         staging = tempfile.mkdtemp(prefix=".policies-export-", dir=parent)
         umask = os.umask(0)
         os.umask(umask)

@@ -51,8 +51,16 @@ def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict
     that models it (None: none does) and its saved report's figures (None: not run)."""
     from engine.policy.releases import release_key
 
+    from engine.files.reading import sha256
+
     table = modelled_releases(policy_dir)
     saved = saved_reports(reports)
+    digests = {}  # ref -> the sha256 of its file now
+    for entries in table.values():
+        for ref, path, _ in entries:
+            if ref not in digests:
+                with open(path, "rb") as fh:
+                    digests[ref] = sha256(fh.read()).hexdigest()
     out = []
     for release in sorted(set(SGLANG_RELEASES) | set(table), key=release_key):
         refs = [ref for ref, _, _ in table.get(release, [])]
@@ -64,14 +72,17 @@ def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict
             row["conformance"] = {
                 "configs": r["total"], "agree": c["agree"], "out_of_scope": c["out_of_scope"],
                 "differ": c["differ"], "sample": r.get("sample"), "seconds": r.get("seconds"),
-                "report": f"docs/conformance/{r['file']}"}
+                "report": f"docs/conformance/{r['file']}",
+                # whether the report was made on the file's current bytes (else an earlier revision of it)
+                "current": r.get("policy", {}).get("sha256") == digests.get(ref)}
         out.append(row)
     return out
 
 
 def configs_cell(conf: dict) -> str:
     n = f"{conf['configs']:,}"
-    return n + (f" (sample, seed {conf['sample']['seed']})" if conf.get("sample") else "")
+    n += f" (sample, seed {conf['sample']['seed']})" if conf.get("sample") else ""
+    return n + ("" if conf.get("current", True) else " (an earlier revision of the file)")
 
 
 def version_cell(row: dict) -> str:

@@ -38,6 +38,11 @@ class Document:
             path = path[:-1]
         return self.positions.get((), (1, 1))
 
+    def placed(self, problem: Problem, key) -> Problem:
+        """`problem` moved to where config key `key` sits (a top-level key of this file)."""
+        line, col = self.pos((key,), key=True)
+        return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+
     def problem(self, code: str, message: str, path: Path = (), key: bool = False, hint: str = "") -> Problem:
         line, col = self.pos(path, key)
         return Problem(code, message, self.file, line, col, hint)

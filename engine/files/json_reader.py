@@ -8,7 +8,7 @@ import re
 
 from engine.errors import EngineError, Problem
 from engine.files.document import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS, Document
-from engine.files.reading import ReadError
+from engine.files.reading import ReadError, line_col
 from engine.values import INT_MAX, INT_MIN, shown
 
 
@@ -91,8 +91,8 @@ def _json_top_positions(text: str, doc: Document) -> None:
         elif depth == 1 and m.group("colon"):
             key = json.loads(m.group("string"))
             value_at = len(text) - len(text[m.end():].lstrip(" \t\r\n"))
-            doc.key_positions[(key,)] = _text_position(text, m.start())
-            doc.positions[(key,)] = _text_position(text, value_at)
+            doc.key_positions[(key,)] = line_col(text, m.start())
+            doc.positions[(key,)] = line_col(text, value_at)
 
 
 _JSON_TOKEN = re.compile(r'(?P<string>"[^"\\]*(?:\\.[^"\\]*)*")(?P<colon>\s*:)?|[\[\]{}]', re.S)
@@ -125,7 +125,7 @@ def _json_limits(data, text: str, display: str) -> Problem | None:
             surrogate = surrogate or bool(_SURROGATE.search(value))
     if surrogate:  # "\ud800" parses, but it is no character: it cannot even be printed
         m = _LONE_SURROGATE.search(text)
-        line, col = _text_position(text, m.start()) if m else (0, 0)
+        line, col = line_col(text, m.start()) if m else (0, 0)
         return Problem("E103", "not Unicode text: a lone surrogate escape "
                                f"{m.group() if m else ''}".rstrip(), display, line, col)
     return None
@@ -145,9 +145,9 @@ def _json_locate(text: str, what) -> tuple[int, int]:
     if kind == "key":  # a duplicate: its position only when the key occurs exactly twice as a key
         spelled = re.compile(re.escape(json.dumps(value, ensure_ascii=False)) + r"\s*:")
         hits = [m.start() for m in spelled.finditer(text)]
-        return _text_position(text, hits[1]) if len(hits) == 2 else (0, 0)
+        return line_col(text, hits[1]) if len(hits) == 2 else (0, 0)
     m = re.search(r"(?<![\w.+-])" + re.escape(value) + r"(?![\w.])", _blank_strings(text))
-    return _text_position(text, m.start()) if m else (0, 0)
+    return line_col(text, m.start()) if m else (0, 0)
 
 
 def _json_too_deep(text: str) -> tuple[int, int]:
@@ -155,10 +155,6 @@ def _json_too_deep(text: str) -> tuple[int, int]:
     for m in re.finditer(r"[\[\]{}]", _blank_strings(text)):
         depth += 1 if m.group() in "[{" else -1
         if depth > MAX_DEPTH:
-            return _text_position(text, m.start())
+            return line_col(text, m.start())
     return (1, 1)
 
-
-def _text_position(text: str, index: int) -> tuple[int, int]:
-    before = text[:index]
-    return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1

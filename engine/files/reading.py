@@ -169,7 +169,7 @@ def decode_utf8(data: bytes, display: str) -> str:
     except UnicodeDecodeError as exc:
         if 0 <= nul < exc.start:
             return _binary(data, nul, display)
-        line, col = _offset_position(data, exc.start)
+        line, col = line_col(data, exc.start)
         raise ReadError(
             [Problem("E103", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
                      display, line, col)]
@@ -180,14 +180,16 @@ def decode_utf8(data: bytes, display: str) -> str:
 
 
 def _binary(data: bytes, offset: int, display: str):
-    line, col = _offset_position(data, offset)
+    line, col = line_col(data, offset)
     raise ReadError([Problem("E103", f"binary data, not text (a NUL byte at offset {offset})",
                              display, line, col)])
 
 
-def _offset_position(data: bytes, offset: int) -> tuple[int, int]:
-    before = data[:offset]
-    return before.count(b"\n") + 1, offset - (before.rfind(b"\n") + 1) + 1
+def line_col(text, offset: int) -> tuple[int, int]:
+    """The 1-based (line, column) of `offset` in `text` (str: characters; bytes: bytes)."""
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    before = text[:offset]
+    return before.count(newline) + 1, offset - (before.rfind(newline) + 1) + 1
 
 
 def max_file_bytes() -> int:

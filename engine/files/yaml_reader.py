@@ -24,7 +24,7 @@ import re
 from engine.errors import EngineError, Problem, import_required
 from engine.files.document import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS, Document
 from engine.values import INT_MAX, INT_MIN, clip, shown, typed
-from engine.files.reading import ReadError
+from engine.files.reading import ReadError, line_col
 
 yaml = import_required("yaml", "PyYAML")  # MissingDependency says what to install
 ev = import_required("yaml.events", "PyYAML")
@@ -185,8 +185,7 @@ def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
             what += " (a tab: YAML indents with spaces only)"
         problems.append(Problem("E104", f"YAML syntax: {what}", display, line, col))
     except yaml.reader.ReaderError as exc:  # a control character or similar in the text
-        before = text[: exc.position]
-        line, col = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
+        line, col = line_col(text, exc.position)
         char = exc.character if isinstance(exc.character, str) else chr(exc.character)
         problems.append(Problem("E104", f"YAML syntax: unacceptable character #x{ord(char):04x}: "
                                         f"{exc.reason}", display, line, col))

@@ -1,19 +1,19 @@
-"""Compile a policy into one straight-line Python function.
+"""The bulk evaluator: a policy compiled into one straight-line Python loop over many configs.
 
-Evaluation is on a server's start-up path and in scripts that check thousands of configs, so it
-must cost about what SGLang's hand-written if/else costs. The generated function does exactly the
-work of such an if/else: local variables instead of dict look-ups, conditions as inline
-expressions, per-phase checks unrolled, messages as f-strings, allowed sets and their rendered
-text as constants. Only validated policy data reaches the source, and only through repr(), so
-the text compiled is fully determined by the schema-checked policy.
+Whole-domain work (diff, table, lint, conform) evaluates hundreds of thousands of configs, where a
+walk over the rules costs about 20x more. The generated loop does the work of a hand-written
+if/else: local variables instead of dict look-ups, conditions as inline expressions, per-phase
+checks unrolled, messages as f-strings, allowed sets and their rendered text as constants. Only
+checked policy data reaches the source, and only through repr(), so the text compiled is fully
+determined by the schema-checked policy. It is generated in memory, never stored.
 
-`interpreter.py` defines the same semantics as a plain tree walk (used by explain and coverage);
-tests check that both agree on every config of every shipped policy's domain.
+`interpreter.py` defines the semantics; tests hold this loop to it on every config of every
+shipped version's domain.
 """
 from __future__ import annotations
 
 from engine.language.conditions import Cond, TrueCond
-from engine.language.rules import INT_MAX, INT_MIN, Rule, Table
+from engine.language.rules import Rule, Table
 from engine.language.templates import Literal, Template, render_field
 
 
@@ -32,16 +32,14 @@ class _Emitter:
         return name
 
 
-def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str, dict]:
-    """Python source of `_evaluate(cfg)` for `policy`, and the constants it refers to. With
-    `probe`, `_probe(configs, sink, held, chosen)` instead, for whole-domain work: the same
-    evaluation in a loop over `configs` (tuples of valid canonical values, in input order, so
-    nothing is looked up or checked), calling for each config, with `count`,
-    sink((values, sources, log, violations, scope)) and counting which rule conditions held and which
-    default was chosen; without, sink((rewritten values and backends, log, first violation,
-    scope)) (scope: the index of the leaves_out entry the config lies in, or None):
-    the outcome as diff and table compare it (policy.written: the inputs rules rewrite)."""
-    counting = probe and count
+def compile_probe(policy, count: bool = True) -> tuple[str, dict]:
+    """Python source of `_probe(configs, sink, held, chosen)` for `policy`, and the namespace
+    (constants) it runs in: the evaluation in a loop over `configs` (tuples of valid canonical
+    values, in input order, so nothing is looked up or checked), calling for each config, with
+    `count`, sink((values, sources, log, violations, scope)) and counting which rule conditions
+    held and which default was chosen; without, sink((rewritten values and backends, log, first
+    violation, scope)) (scope: the index of the leaves_out entry the config lies in, or None): the
+    outcome as diff and table compare it (policy.written: the inputs rules rewrite)."""
     e = _Emitter()
     inputs = policy.inputs
     var = {name: f"v_{name}" for name in inputs}  # condition names -> expressions
@@ -54,57 +52,32 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
     for ph, spec in policy.phases.items():
         tpl[ph] = var[spec.input]
 
-    if probe:  # the domain only: valid canonical configs, as tuples
-        e.emit("given = pre = None")
-        e.emit("for (" + "".join(f"{var[n]}, " for n in inputs) + ") in configs:")
-        e.depth += 1
-    else:  # `given` is passed only by _retry, with the exact-typed copy of a config
-        e.emit("outer = given is None")
-        e.emit("if outer:")
-        e.emit("    given = cfg")
-        e.emit("    if cfg.__class__ is not dict or not (cfg.keys() <= _KEYS):")
-        e.emit("        cfg, pre = _normalize(cfg)  # other spellings; deprecated ones add log lines")
-        e.emit("get = cfg.get")
-        for name, spec in inputs.items():
-            v = var[name]
-            e.emit(f"{v} = get({name!r}, {spec.default!r})")
-            bad = _invalid_expr(spec, v, e)
-            e.emit(f"if {bad}:")
-            # not a value of the exact type: a bad value (ConfigError), or a subclass such as an
-            # enum member, evaluated again as its exact-typed copy
-            e.emit("    return _retry(given) if outer else _reject(cfg)")
+    e.emit("for (" + "".join(f"{var[n]}, " for n in inputs) + ") in configs:")
+    e.depth += 1
     for ph, spec in policy.phases.items():
         e.emit(f"u_{ph} = {var[spec.input]} is not None")
         e.emit(f"s_{ph} = 'user' if u_{ph} else None")
-    e.emit("log = pre or []")
+    e.emit("log = []")
     e.emit("viol = []")
     # what the decision covers, read on the config as given: the first leaves_out entry whose
-    # condition holds (None: in scope), and the inputs whose `applies` does not hold
-    scope = getattr(policy, "scope", ())
+    # condition holds (None: in scope)
     e.emit("scope = None")
-    for n, (index, cond) in enumerate(scope):
+    for n, (index, cond) in enumerate(policy.scope):
         e.emit(f"{'if' if n == 0 else 'elif'} {cond.py(var)}:")
         e.emit(f"    scope = {index!r}")
-    e.emit("na = ()")
-    for name, cond in getattr(policy, "applies", {}).items():
-        e.emit(f"if not ({cond.py(var)}):")
-        e.emit(f"    na += ({name!r},)")
-
-    parts = ("(" + "".join(f"{var[n]}, " for n in inputs) + "), ("
-             + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol")
-    result = f"_Decision(_policy, {parts}, given, scope, na)"
-    if probe and count:
-        parts += ", scope"
-    if probe and not count:  # only what tells outcomes apart, hashable as it is
+    if count:
+        parts = ("(" + "".join(f"{var[n]}, " for n in inputs) + "), ("
+                 + "".join(f"s_{ph}, " for ph in policy.phases) + "), log, viol, scope")
+    else:  # only what tells outcomes apart, hashable as it is
         shown = [var[n] for n in policy.written] + [var[spec.input] for spec in policy.phases.values()]
         parts = "(" + "".join(f"{v}, " for v in shown) + "), tuple(log), viol[0] if viol else None, scope"
-    # every way an evaluation ends is emitted from `finish`: the probe hands each result to the
-    # sink and goes on with the next config (a `return` would end the whole loop)
-    finish = [f"sink(({parts}))", "continue"] if probe else [f"return {result}"]
+    # every way an evaluation ends hands its result to the sink and goes on with the next config
+    # (a `return` would end the whole loop)
+    finish = [f"sink(({parts}))", "continue"]
     index = policy.rule_index
 
-    def count(rule, what="held"):
-        if counting:
+    def tally(rule, what="held"):
+        if count:
             e.emit(f"{what}[{index[id(rule)]}] += 1")
 
     # resolve: rewrite inputs, log, stop on a failed requirement
@@ -113,7 +86,7 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
         for rule in st.rules:
             e.emit(f"# resolve {_comment(rule.name)} (line {rule.line})")
             with _block(e, rule.when, var):
-                count(rule)
+                tally(rule)
                 if rule.require is not None:
                     e.emit(f"if not {rule.require.py(var)}:")
                     e.emit(f"    viol.append(({index[id(rule)]}, None, {rule.message.fstring(tpl)}))")
@@ -137,7 +110,7 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
         e.emit("dlog = None")
     st = policy.stages["defaults"]
     with _block(e, st.when, var):
-        if counting:  # every default whose condition holds, chosen or not
+        if count:  # every default whose condition holds, chosen or not
             for rule in st.rules:
                 e.emit(f"if {rule.when.py(var)}:")
                 e.emit(f"    held[{index[id(rule)]}] += 1")
@@ -146,7 +119,7 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
             test = "" if head == "else" else " " + rule.when.py(var)
             e.emit(f"{head}{test}:  # default {_comment(rule.name)} (line {rule.line})")
             e.depth += 1
-            count(rule, "chosen")
+            tally(rule, "chosen")
             for ph, backend in rule.set.items():
                 v = var[policy.phases[ph].input]
                 e.emit(f"if {v} is None:")
@@ -168,9 +141,9 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
                     for ph, spec in policy.phases.items():
                         pvar = dict(var, backend=var[spec.input], phase=repr(ph))
                         ptpl = dict(tpl, backend=var[spec.input], phase=Literal(ph))
-                        _check(e, rule, index[id(rule)], pvar, ptpl, ph, counting)
+                        _check(e, rule, index[id(rule)], pvar, ptpl, ph, count)
                 else:
-                    _check(e, rule, index[id(rule)], var, tpl, None, counting)
+                    _check(e, rule, index[id(rule)], var, tpl, None, count)
 
     if early:  # a failure stops evaluation before the default's log line
         run_checks(early)
@@ -183,9 +156,7 @@ def compile_policy(policy, probe: bool = False, count: bool = True) -> tuple[str
     run_checks([r for r in checks.rules if r.at != "defaults"])
     e.emit(finish[0])
 
-    head = "def _probe(configs, sink, held, chosen):\n" if probe else "def _evaluate(cfg, given=None, pre=None):\n"
-    source = head + "\n".join(e.lines) + "\n"
-    return source, e.consts
+    return "def _probe(configs, sink, held, chosen):\n" + "\n".join(e.lines) + "\n", e.consts
 
 
 def _comment(text: str) -> str:
@@ -253,20 +224,3 @@ def _table_expr(table: Table, var: dict, leaves: list) -> str:
         test = f"{key} is {value!r}" if isinstance(value, bool) else f"{key} == {value!r}"
         parts.append(f"{leaf(row)} if {test} else ")
     return "".join(parts) + leaf(table.otherwise)
-
-
-def _invalid_expr(spec, v: str, e: _Emitter) -> str:
-    """Expression true when `v` is not a valid value of the input (then the slow path reports)."""
-    if spec.type == "bool":
-        bad = f"({v}.__class__ is not bool)"
-    elif spec.type == "enum":
-        domain = e.const("dom", frozenset(spec.values))
-        bad = f"({v}.__class__ is not str or {v} not in {domain})"
-    else:
-        checks = [f"{v}.__class__ is not int",
-                  f"{v} < {max(spec.minimum, INT_MIN) if spec.minimum is not None else INT_MIN!r}",
-                  f"{v} > {min(spec.maximum, INT_MAX) if spec.maximum is not None else INT_MAX!r}"]
-        bad = "(" + " or ".join(checks) + ")"
-    if spec.nullable:
-        return f"({v} is not None and {bad})"
-    return bad

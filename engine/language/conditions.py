@@ -11,25 +11,26 @@ Operands of comparisons may be {input: NAME}: the current value of another input
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from engine.language.record import Frozen
 from engine.values import show as _word
 
 COMBINATORS = ("any", "all", "not", "user_set")
 _PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
 
 
-@dataclass(frozen=True)
-class InputRef:
+class InputRef(Frozen):
     """An operand that reads another input's current value."""
 
-    name: str
+    FIELDS = ("name",)
+    __slots__ = FIELDS
 
 
-class Cond:
+class Cond(Frozen):
     """Base of the condition tree. `path` is where it sits in the YAML (for positions)."""
 
-    path: tuple = ()
+    __slots__ = ()
+    DEFAULTS = {"path": ()}
+    path = ()
 
     def eval(self, env: dict, user_set: dict) -> bool:
         raise NotImplementedError
@@ -52,9 +53,10 @@ class Cond:
         return [self]
 
 
-@dataclass(frozen=True)
 class TrueCond(Cond):
     """No `when`: always holds."""
+
+    __slots__ = ()
 
     def eval(self, env, user_set):
         return True
@@ -72,12 +74,9 @@ class TrueCond(Cond):
         return []
 
 
-@dataclass(frozen=True)
 class Test(Cond):
-    input: str
-    op: str
-    operand: object  # a scalar, a frozenset (in/not_in), a bool (set) or an InputRef
-    path: tuple = ()
+    FIELDS = ("input", "op", "operand", "path")  # operand: a scalar, a frozenset (in/not_in), a bool (set) or an InputRef
+    __slots__ = FIELDS
 
     def _value(self, operand, env):
         return env.get(operand.name) if isinstance(operand, InputRef) else operand
@@ -138,11 +137,9 @@ class Test(Cond):
         return {self.input} | refs
 
 
-@dataclass(frozen=True)
 class UserSet(Cond):
-    phase: str
-    expected: bool
-    path: tuple = ()
+    FIELDS = ("phase", "expected", "path")
+    __slots__ = FIELDS
 
     def eval(self, env, user_set):
         return user_set[self.phase] is self.expected
@@ -155,10 +152,9 @@ class UserSet(Cond):
         return f"{self.phase} backend {'set' if self.expected else 'not set'} by the user"
 
 
-@dataclass(frozen=True)
 class All(Cond):
-    items: tuple
-    path: tuple = ()
+    FIELDS = ("items", "path")
+    __slots__ = FIELDS
 
     def eval(self, env, user_set):
         return all(c.eval(env, user_set) for c in self.items)
@@ -179,10 +175,9 @@ class All(Cond):
         return [a for c in self.items for a in c.atoms()]
 
 
-@dataclass(frozen=True)
 class Any(Cond):
-    items: tuple
-    path: tuple = ()
+    FIELDS = ("items", "path")
+    __slots__ = FIELDS
 
     def eval(self, env, user_set):
         return any(c.eval(env, user_set) for c in self.items)
@@ -203,10 +198,9 @@ class Any(Cond):
         return [a for c in self.items for a in c.atoms()]
 
 
-@dataclass(frozen=True)
 class Not(Cond):
-    item: Cond
-    path: tuple = ()
+    FIELDS = ("item", "path")
+    __slots__ = FIELDS
 
     def eval(self, env, user_set):
         return not self.item.eval(env, user_set)

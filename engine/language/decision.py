@@ -4,9 +4,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 
-class Violation(namedtuple("Violation", "check message location phase stage", defaults=(None, "checks"))):
+class Violation(namedtuple("Violation", "check message location phase stage raises",
+                           defaults=(None, "checks", "ValueError"))):
     """check: the rule's name; location: file:line of the rule; phase: set for per-phase checks;
-    stage: checks, or resolve for a requirement that stopped evaluation."""
+    stage: checks, or resolve for a requirement that stopped evaluation; raises: the exception
+    upstream raises for it (the rule's `raises`)."""
 
     __slots__ = ()
 
@@ -16,12 +18,12 @@ class Violation(namedtuple("Violation", "check message location phase stage", de
             out["phase"] = self.phase
         if self.stage != "checks":
             out["stage"] = self.stage
+        out["raises"] = self.raises
         return out
 
 
 class Decision:
-    """What a policy decides for a config. Read-only: `Policy.evaluate` may hand the same object
-    to every caller that asks about the same config, so its attributes cannot be set and every
+    """What a policy decides for a config. Read-only: its attributes cannot be set and every
     container it gives out is a fresh copy.
 
     - `ok`: no violation.
@@ -30,7 +32,7 @@ class Decision:
       the default (or resolve) rule that filled it, or None when nothing did.
     - `violations`: every failed check in order; the first is the error SGLang raises.
     - `log`: the log lines in order. `policy`: family, version, sha256 of the file.
-    - `input`: the config as given (a read-only copy when the decision is shared).
+    - `input`: the config as given.
     - `in_scope`: whether the version models upstream's verdict for this config (False: the config
       lies in a place its `upstream.leaves_out` names, and `out_of_scope` says which and why).
     - `not_applicable`: the inputs that mean nothing for this config (their `applies` fails).
@@ -78,7 +80,7 @@ class Decision:
     @property
     def violations(self) -> list[Violation]:
         p = self._policy
-        return [Violation(p.rule_meta[i][0], msg, f"{p.file}:{p.rule_meta[i][1]}", phase, p.rule_meta[i][2])
+        return [Violation(p.rule_meta[i][0], msg, f"{p.file}:{p.rule_meta[i][1]}", phase, *p.rule_meta[i][2:])
                 for i, phase, msg in self._raw]
 
     @property
@@ -106,12 +108,6 @@ class Decision:
     def failed_check(self) -> str | None:
         """The name of the first failed check (whose message is `error`), or None."""
         return self._policy.rule_meta[self._raw[0][0]][0] if self._raw else None
-
-    def with_input(self, given) -> "Decision":
-        """The same decision for another spelling of the same config (the memo shares one
-        decision among the configs that spell it alike)."""
-        return Decision(self._policy, self._values, self._sources, self._log, self._raw, given, self._scope,
-                        self._na)
 
     def outcome(self) -> tuple:
         """A hashable summary for comparing decisions: ok, resolved values, log, messages."""

@@ -1,27 +1,8 @@
-"""A policy's inputs, phases and upstream: what evaluating a config needs of the policy, kept apart from
-the rule model (rules.py) so that a policy loaded from the compiled cache needs neither it nor
-the dataclasses module (whose import alone costs more than the rest of a cached load)."""
+"""A policy's inputs, phases and upstream: what reading a config needs of the policy."""
 from __future__ import annotations
 
+from engine.language.record import Frozen, Record
 from engine.values import INT_MAX, INT_MIN
-
-
-class Record:
-    """Fields by name, compared and shown like a dataclass."""
-
-    __slots__ = ()
-    FIELDS: tuple = ()
-
-    def fields(self) -> tuple:
-        return tuple(getattr(self, f) for f in self.FIELDS)
-
-    def __eq__(self, other):
-        return self.fields() == other.fields() if type(other) is type(self) else NotImplemented
-
-    __hash__ = None  # mutable, like a (non-frozen) dataclass
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS) + ")"
 
 
 class InputSpec(Record):
@@ -97,9 +78,8 @@ class PhaseSpec(Record):
         self.backends = backends  # the backends this phase accepts
 
 
-class Upstream(Record):
-    """What a policy version models (see the schema's `upstream`). Immutable and hashable, like
-    the frozen dataclass it stands for."""
+class Upstream(Frozen):
+    """What a policy version models (see the schema's `upstream`)."""
 
     FIELDS = ("project", "releases", "commit", "pr", "note", "leaves_out")
     __slots__ = FIELDS
@@ -109,14 +89,6 @@ class Upstream(Record):
         # releases: the exact release strings modelled, in order ("0.5.15" does not cover "0.5.15.post1")
         for name, value in zip(self.FIELDS, (project, tuple(releases), commit, pr, note, leaves_out)):
             object.__setattr__(self, name, value)  # leaves_out: ((where, why, has a when), ...)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Upstream is immutable: cannot set {name!r}")
-
-    __delattr__ = __setattr__
-
-    def __hash__(self):
-        return hash(self.fields())
 
     def label(self) -> str:
         """e.g. "sglang 0.5.22, 0.5.23", "sglang PR #23013 (1f2e3d4)"."""

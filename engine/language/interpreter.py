@@ -1,7 +1,7 @@
-"""The policy language's semantics as a plain walk over the loaded rules.
-
-This is the definition the compiled evaluator (`compiler.py`) must agree with; it also records a
-trace of every stage, rule and check for `hisparse explain` and for rule coverage.
+"""The policy language's semantics: the evaluator of single decisions, as a walk over the loaded
+rules. With a Trace it also records every stage, rule and check tried, in words, for `hisparse
+explain`, rule coverage and the lint; without one it builds no words. Whole domains use the bulk
+evaluator (compiler.py), which tests hold to this one.
 
 Semantics, in order:
 1. resolve (when its stage condition holds): each rule whose `when` holds, in order: if it has a
@@ -18,36 +18,31 @@ A stage's condition is read once, when the stage starts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from engine.language.decision import Decision
-from engine.language.rules import Rule
+from engine.language.record import Record
 
 
-@dataclass
-class Step:
-    """One thing the evaluator looked at."""
+class Step(Record):
+    """One thing the evaluator looked at. rule: None for the stage's own condition; holds: the
+    condition held (for a check: it applied); why: [(bool, words)] per test of the condition;
+    chosen: the default rule that filled the phases."""
 
-    stage: str
-    rule: Rule | None  # None for the stage's own condition
-    holds: bool  # the condition held (for a check: it applied)
-    why: list  # [(bool, words)] for each test of the condition
-    phase: str | None = None
-    outcome: str = ""  # what happened, in words
-    violated: bool = False
-    chosen: bool = False  # the default rule that filled the phases
+    FIELDS = ("stage", "rule", "holds", "why", "phase", "outcome", "violated", "chosen")
+    __slots__ = FIELDS
+    DEFAULTS = {"phase": None, "outcome": "", "violated": False, "chosen": False}
 
 
-@dataclass
 class Trace:
-    steps: list = field(default_factory=list)
-    stopped_by: Rule | None = None
-    # every default rule whose condition held when the defaults stage ran (not only the chosen
-    # one): what the lint needs to find shadowed defaults
-    default_matches: list = field(default_factory=list)
+    """Steps in order; the rule that stopped evaluation; every default rule whose condition held
+    when the defaults stage ran, chosen or not (what the lint needs to find shadowed defaults)."""
 
-    def add(self, *args, **kw) -> Step:
-        step = Step(*args, **kw)
+    def __init__(self):
+        self.steps: list[Step] = []
+        self.stopped_by = None
+        self.default_matches: list = []
+
+    def add(self, stage, rule, cond, env, user_set, phase=None) -> Step:
+        step = Step(stage, rule, cond.eval(env, user_set), cond.explain(env, user_set), phase)
         self.steps.append(step)
         return step
 
@@ -63,85 +58,72 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
     raw: list = []
     index = policy.rule_index
 
-    def ctx(extra=None) -> dict:
+    def ctx(extra=()) -> dict:  # template fields: the inputs, each phase's backend, and `extra`
         out = dict(env)
         out.update({ph: env[spec.input] for ph, spec in phases.items()})
-        if extra:
-            out.update(extra)
+        out.update(extra)
         return out
 
+    def holds(stage, rule, cond, phase=None) -> tuple:
+        """Whether `cond` holds, and the trace step recording it (None without a trace)."""
+        if trace is None:
+            return cond.eval(env, user_set), None
+        step = trace.add(stage, rule, cond, env, user_set, phase)
+        return step.holds, step
+
     # what the decision covers, read on the config as given (before any rule rewrites it)
-    scope = next((index for index, cond in policy.scope if cond.eval(env, user_set)), None)
+    scope = next((i for i, cond in policy.scope if cond.eval(env, user_set)), None)
     na = tuple(name for name, cond in policy.applies.items() if not cond.eval(env, user_set))
 
     def finish() -> Decision:
-        values = tuple(env[name] for name in policy.input_names)
-        return Decision(policy, values, tuple(sources[ph] for ph in phases), log, raw,
-                        cfg if given is None else given, scope, na)
+        return Decision(policy, tuple(env[name] for name in policy.input_names),
+                        tuple(sources[ph] for ph in phases), log, raw, cfg if given is None else given, scope, na)
 
-    def stage_on(stage) -> bool:
-        holds = stage.when.eval(env, user_set)
-        if trace is not None:
-            trace.add(stage.name, None, holds, stage.when.explain(env, user_set))
-        return holds
-
-    def run_checks(rules, label="checks") -> bool:
-        """Run `rules` (checks) in order, when the checks stage's condition holds; whether any failed."""
-        stage = policy.stages["checks"]
-        holds = stage.when.eval(env, user_set)
-        if trace is not None:
-            trace.add(label, None, holds, stage.when.explain(env, user_set))
-        if not holds:
+    def run_checks(rules, label) -> bool:
+        """Run `rules` (checks) in order when the checks stage's condition holds; whether any failed."""
+        if not holds(label, None, policy.stages["checks"].when)[0]:
             return False
         before = len(raw)
         for rule in rules:
             for ph in (phases if rule.for_each_phase else (None,)):
-                bound = {}
+                if ph is not None:  # reserved names: never an input's
+                    env["phase"], env["backend"] = ph, env[phases[ph].input]
+                applies, step = holds("checks", rule, rule.when, ph)
+                if applies:
+                    extra = {"phase": ph, "backend": env["backend"]} if ph is not None else {}
+                    if rule.require is not None:
+                        passed = rule.require.eval(env, user_set)
+                        if step:
+                            step.why = step.why + rule.require.explain(env, user_set)
+                    else:
+                        extra["allowed"] = allowed = rule.allowed.lookup(env)
+                        passed = env["backend"] in allowed
+                        if step:
+                            step.why = step.why + [(passed, f"backend {env['backend']} in allowed {sorted(allowed)}")]
+                    if not passed:
+                        raw.append((index[id(rule)], ph, rule.message.render(ctx(extra))))
+                    if step:
+                        step.violated, step.outcome = not passed, "violated" if not passed else "passed"
                 if ph is not None:
-                    bound = {"phase": ph, "backend": env[phases[ph].input]}
-                scope = dict(env, **bound)
-                holds = rule.when.eval(scope, user_set)
-                why = rule.when.explain(scope, user_set)
-                step = trace.add("checks", rule, holds, why, phase=ph) if trace else None
-                if not holds:
-                    continue
-                if rule.require is not None:
-                    passed = rule.require.eval(scope, user_set)
-                    extra = {}
-                    if step:
-                        step.why = why + rule.require.explain(scope, user_set)
-                else:
-                    allowed = rule.allowed.lookup(scope)
-                    passed = bound["backend"] in allowed
-                    extra = {"allowed": allowed}
-                    if step:
-                        step.why = why + [(passed, f"backend {bound['backend']} in allowed "
-                                                   f"{sorted(allowed)}")]
-                if not passed:
-                    raw.append((index[id(rule)], ph, rule.message.render(ctx(dict(bound, **extra)))))
-                if step:
-                    step.violated = not passed
-                    step.outcome = "violated" if not passed else "passed"
+                    del env["phase"], env["backend"]
         return len(raw) > before
 
     # 1. resolve
     stage = policy.stages["resolve"]
-    if stage_on(stage):
+    if holds("resolve", None, stage.when)[0]:
         for rule in stage.rules:
-            holds = rule.when.eval(env, user_set)
-            step = trace.add("resolve", rule, holds, rule.when.explain(env, user_set)) if trace else None
-            if not holds:
+            applies, step = holds("resolve", rule, rule.when)
+            if not applies:
                 continue
             if rule.require is not None and not rule.require.eval(env, user_set):
-                message = rule.message.render(ctx())
-                raw.append((index[id(rule)], None, message))
+                raw.append((index[id(rule)], None, rule.message.render(ctx())))
                 if step:
                     step.violated = True
                     step.why = step.why + rule.require.explain(env, user_set)
                     step.outcome = "requirement failed: evaluation stops"
                     trace.stopped_by = rule
                 return finish()
-            done = []
+            done = ["requirement holds"] if rule.require is not None else []
             for name, value in rule.set.items():
                 env[name] = value
                 done.append(f"{name} = {value}")
@@ -149,26 +131,22 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
                 if phase is not None:
                     sources[phase] = rule.name
             if rule.log is not None:
-                line = rule.log.render(ctx())
-                log.append(line)
-                done.append(f"log: {line}")
+                log.append(rule.log.render(ctx()))
+                done.append(f"log: {log[-1]}")
             if step:
                 if rule.require is not None:
                     step.why = step.why + rule.require.explain(env, user_set)
-                    done.insert(0, "requirement holds")
                 step.outcome = "; ".join(done)
 
     # 2. defaults
-    pending = None  # the chosen default's log line
-    chosen = None  # its trace step
+    pending = chosen = None  # the chosen default's log line and trace step
     stage = policy.stages["defaults"]
-    if stage_on(stage):
+    if holds("defaults", None, stage.when)[0]:
         if trace is not None:
             trace.default_matches = [r for r in stage.rules if r.when.eval(env, user_set)]
         for rule in stage.rules:
-            holds = rule.when.eval(env, user_set)
-            step = trace.add("defaults", rule, holds, rule.when.explain(env, user_set)) if trace else None
-            if not holds:
+            applies, step = holds("defaults", rule, rule.when)
+            if not applies:
                 continue
             done = []
             for ph, backend in rule.set.items():
@@ -183,23 +161,19 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
                 pending = rule.log.render(ctx())
                 done.append(f"log: {pending}")
             if step:
-                step.chosen = True
-                step.outcome = "; ".join(done)
-                chosen = step
+                step.chosen, step.outcome, chosen = True, "; ".join(done), step
             break
 
-    checks = policy.stages["checks"]
-    early = [r for r in checks.rules if r.at == "defaults"]
-    if early:
-        if run_checks(early, "checks_at_defaults"):
-            if trace is not None:
-                trace.stopped_by = policy.rule_list[raw[0][0]]
-                if chosen is not None and pending is not None:
-                    chosen.outcome += " (not emitted: a check at defaults failed)"
-            return finish()
+    early, late = policy.check_order
+    if early and run_checks(early, "checks_at_defaults"):
+        if trace is not None:
+            trace.stopped_by = policy.rule_list[raw[0][0]]
+            if chosen is not None and pending is not None:
+                chosen.outcome += " (not emitted: a check at defaults failed)"
+        return finish()
     if pending is not None:
         log.append(pending)
 
     # 3. checks
-    run_checks([r for r in checks.rules if r.at != "defaults"])
+    run_checks(late, "checks")
     return finish()

@@ -14,7 +14,6 @@ from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_te
 from engine.files.document import Document
 from engine.files.shipped import placement
 from engine.files.reading import ReadError, decode_utf8
-from engine.files.yaml_reader import parse_yaml
 from engine.language.schema import schema_problems
 from engine.values import kind, shown, typed
 
@@ -25,21 +24,20 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends", "in_scope", "out_of_scope", "not_applicable",
 }
 STAGES = ("resolve", "defaults", "checks")
-# options of the `hisparse` commands themselves (a test checks every command's parser against
-# this list), and the SGLang options its inputs are read from, which no input may take as its
-# flag; attend's --hisparse-top-k and --hisparse-device-buffer-size are left to the policy, which
-# owns them when it declares them
+# options of the engine's `hisparse` commands (a test checks every command's parser against this
+# list), and the SGLang options its inputs are read from, which no input may take as its flag;
+# the bridge's commands guard their own options (kernels_bridge/cli.py colliding_inputs)
 RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", "--batch", "--record",
                             "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
-                            "--min-coverage", "--max-records", "--deep",
-                            "--requests", "--context", "--heads", "--steps", "--locality", "--seed",
-                            "--provider", "--device", "--max-memory", "--threads", "--sample", "--workers",
-                            "--case-timeout", "--compare"})
+                            "--min-coverage", "--max-records", "--deep", "--seed", "--sample", "--workers",
+                            "--case-timeout"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:
     """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
+    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
+
     try:
         return parse_yaml(decode_utf8(data, display), display, digest)
     except ReadError as exc:
@@ -462,6 +460,7 @@ class Builder:
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",))
             rule.message = self.template(r.get("message"), path + ("message",), self._fields())
+            rule.raises = r.get("raises", rule.raises)
 
     def _defaults_rule(self, rule: Rule, r: dict, path: tuple):
         for phase, backend in r["set"].items():
@@ -488,6 +487,7 @@ class Builder:
     def _checks_rule(self, rule: Rule, r: dict, path: tuple):
         rule.for_each_phase = r.get("for_each") == "phase"
         rule.at = r.get("at", "checks")
+        rule.raises = r.get("raises", rule.raises)
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",), rule.for_each_phase)
         else:

@@ -1,21 +1,17 @@
 """The parts of a loaded policy: inputs, phases, allowed-backend tables, rules and stages."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from engine.language.conditions import Cond, TrueCond
+from engine.language.conditions import TrueCond
 from engine.language.inputs import INT_MAX, INT_MIN, InputSpec, PhaseSpec, Upstream  # noqa: F401  (re-exported)
-from engine.language.templates import Template
+from engine.language.record import Record
 
 
-@dataclass
-class Table:
+class Table(Record):
     """Allowed backends keyed by the value of `key`; a row may hold a nested table."""
 
-    key: str
-    rows: dict  # typed key value -> frozenset | Table
-    otherwise: object = None  # frozenset | Table | None (None: the rows cover the whole domain)
-    path: tuple = ()
+    FIELDS = ("key", "rows", "otherwise", "path")  # rows: typed key value -> frozenset | Table; otherwise: None when the rows cover the domain
+    __slots__ = FIELDS
+    DEFAULTS = {"otherwise": None, "path": ()}
 
     def lookup(self, env: dict) -> frozenset:
         hit = self.rows.get(env.get(self.key), self.otherwise)
@@ -39,29 +35,21 @@ class Table:
         return out
 
 
-@dataclass
-class Rule:
+class Rule(Record):
     """A rule of any stage. Which fields are used depends on the stage:
     resolve: set (input -> value), log, require + message;
     defaults: set (phase -> backend), log;
     checks: for_each_phase, require or allowed, message, at (defaults: inside the defaults
-    stage, stopping evaluation; checks: after it)."""
+    stage, stopping evaluation; checks: after it).
+    accepts: lint code -> why upstream behaves so (not reported); raises: the exception upstream
+    raises when the rule refuses a config."""
 
-    stage: str
-    index: int
-    name: str
-    when: Cond = field(default_factory=TrueCond)
-    set: dict = field(default_factory=dict)
-    log: Template | None = None
-    require: Cond | None = None
-    allowed: Table | None = None
-    message: Template | None = None
-    for_each_phase: bool = False
-    at: str = "checks"
-    description: str = ""
-    path: tuple = ()
-    line: int = 0
-    accepts: dict = field(default_factory=dict)  # lint code -> why upstream behaves so (not reported)
+    FIELDS = ("stage", "index", "name", "when", "set", "log", "require", "allowed", "message", "for_each_phase",
+              "at", "description", "path", "line", "accepts", "raises")
+    __slots__ = FIELDS
+    DEFAULTS = {"when": TrueCond, "set": dict, "log": None, "require": None, "allowed": None, "message": None,
+                "for_each_phase": False, "at": "checks", "description": "", "path": (), "line": 0, "accepts": dict,
+                "raises": "ValueError"}
 
     @property
     def kind(self) -> str:
@@ -72,39 +60,31 @@ class Rule:
         return "rule"
 
 
-@dataclass
-class Stage:
-    name: str  # resolve | defaults | checks
-    when: Cond
-    rules: list
-    description: str = ""
-    path: tuple = ()
+class Stage(Record):
+    FIELDS = ("name", "when", "rules", "description", "path")  # name: resolve | defaults | checks
+    __slots__ = FIELDS
+    DEFAULTS = {"description": "", "path": ()}
 
 
-@dataclass
-class CapabilityEntry:
+class CapabilityEntry(Record):
     """One entry of a backend's `runs` or `known_gaps`: the phases it covers and a condition on
     the resolved config; `text`: a gap's why (or a run's note)."""
 
-    phases: tuple
-    when: Cond
-    text: str = ""
-    path: tuple = ()
+    FIELDS = ("phases", "when", "text", "path")
+    __slots__ = FIELDS
+    DEFAULTS = {"text": "", "path": ()}
 
     def covers(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
         return phase in self.phases and self.when.eval(env, _UserSet(user_set or {}))
 
 
-@dataclass
-class Capability:
+class Capability(Record):
     """What a backend can run (the policy's `capabilities`): it runs (phase, config) when an entry
     of `runs` covers it; `gaps` are configs upstream routes to it anyway."""
 
-    backend: str
-    runs: tuple
-    gaps: tuple
-    source: str = ""
-    path: tuple = ()
+    FIELDS = ("backend", "runs", "gaps", "source", "path")
+    __slots__ = FIELDS
+    DEFAULTS = {"source": "", "path": ()}
 
     def can_run(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
         return any(e.covers(phase, env, user_set) for e in self.runs)

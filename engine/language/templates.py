@@ -13,24 +13,22 @@ others with f-string placeholders that are equal to it for the plain values conf
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
 
 from engine.errors import EngineError
+from engine.language.record import Frozen
 
 SET_FORMATS = ("", "list", "tuple", "csv", "or")
 
 
-@dataclass(frozen=True)
-class Field:
-    name: str
-    spec: str = ""
-    conversion: str = ""
+class Field(Frozen):
+    FIELDS = ("name", "spec", "conversion")
+    __slots__ = FIELDS
+    DEFAULTS = {"spec": "", "conversion": ""}
 
 
-@dataclass(frozen=True)
-class Template:
-    text: str
-    parts: tuple  # str literals and Field placeholders, in order
+class Template(Frozen):
+    FIELDS = ("text", "parts")  # parts: str literals and Field placeholders, in order
+    __slots__ = FIELDS
 
     @property
     def fields(self) -> tuple:
@@ -67,11 +65,11 @@ class Template:
         return "f" + repr("".join(chunks))
 
 
-@dataclass(frozen=True)
-class Literal:
+class Literal(Frozen):
     """A field whose value is known when compiling (e.g. {phase} in an unrolled per-phase check)."""
 
-    value: object
+    FIELDS = ("value",)
+    __slots__ = FIELDS
 
 
 class TemplateSyntaxError(EngineError, ValueError):

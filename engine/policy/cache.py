@@ -1,8 +1,9 @@
-"""The compiled-policy cache: what a load computes from a policy file's bytes (the checked
-declarations and the compiled evaluator), kept on disk so that the next process skips parsing,
-schema validation and compilation (and the imports of PyYAML, jsonschema and the rule model).
+"""The policy cache: a policy file's checked document (its parsed data and the positions of its
+nodes, which passed the schema), kept on disk so that the next process skips parsing and schema
+validation (and the imports of PyYAML and jsonschema). An entry holds data only, never code: the
+rule model is built from it again at every load.
 
-Where: $XDG_CACHE_HOME/hisparse/compiled (default ~/.cache/hisparse/compiled); HISPARSE_CACHE_DIR
+Where: $XDG_CACHE_HOME/hisparse/checked (default ~/.cache/hisparse/checked); HISPARSE_CACHE_DIR
 names another folder; HISPARSE_NO_CACHE=1 turns the cache off.
 
 An entry is keyed by the sha256 of the policy file's bytes, the name the file is shown by (the
@@ -14,9 +15,10 @@ optimisation, never an authority:
 - an entry is used only if it is a regular file owned by this user and writable by no one else,
   starts with this format's magic, its checksum (sha256 of the rest) matches, and the engine,
   Python version and file hash it records are this process's; anything else (truncated,
-  corrupt, foreign, stale) is ignored and the policy is compiled from the file and stored again;
+  corrupt, foreign, stale) is ignored and the file is parsed and checked again, and stored;
 - entries are written to a temporary file and renamed into place, so a reader never sees half
   of one; a cache that cannot be written (read-only home, full disk) costs only the speed-up.
+An entry is read with marshal, which builds plain values only (no classes, no code is run).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import sys
 from engine.files.reading import sha256
 from engine.files.shipped import placement
 
-MAGIC = b"hisparse-compiled-policy 2\n"
+MAGIC = b"hisparse-checked-policy 3\n"
 MAX_ENTRY_BYTES = 16 << 20
 _fingerprint: str | None = None
 
@@ -40,7 +42,7 @@ def directory() -> str | None:
     if explicit:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hisparse", "compiled")
+    return os.path.join(base, "hisparse", "checked")
 
 
 def engine_fingerprint() -> str:
@@ -65,7 +67,7 @@ def engine_fingerprint() -> str:
                     st = entry.stat()
                     parts.append(f"{os.path.relpath(entry.path, engine_dir)}:{st.st_size}:{st.st_mtime_ns}")
                 elif folder == engine_dir and entry.is_dir() and entry.name not in ("__pycache__", "policies"):
-                    folders.append(entry.path)  # the engine's subpackages (one level; conform is not compiled in)
+                    folders.append(entry.path)  # the engine's subpackages (one level)
         _fingerprint = sha256("\n".join(parts).encode()).hexdigest()
     return _fingerprint
 
@@ -86,7 +88,8 @@ def entry_path(digest: str, display: str) -> str | None:
 
 
 def load(digest: str, display: str):
-    """The form stored for the policy whose bytes hash to `digest`, shown as `display`, or None."""
+    """The document stored for the policy whose bytes hash to `digest`, shown as `display`
+    (data, positions, key positions), or None."""
     path = entry_path(digest, display)
     if path is None:
         return None
@@ -118,13 +121,13 @@ def _trusted(st) -> bool:
     return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
 
 
-def encode(digest: str, display: str, form) -> bytes:
-    body = marshal.dumps((engine_fingerprint(), digest, display, form))
+def encode(digest: str, display: str, doc) -> bytes:
+    body = marshal.dumps((engine_fingerprint(), digest, display, (doc.data, doc.positions, doc.key_positions)))
     return MAGIC + sha256(body).digest() + body
 
 
 def decode(data: bytes, digest: str, display: str):
-    """The form in an entry's bytes, or None unless the entry is whole and was made by this
+    """The document in an entry's bytes, or None unless the entry is whole and was made by this
     engine for these bytes under this name. The checksum is verified before anything is
     unmarshalled."""
     head = len(MAGIC) + 32
@@ -134,25 +137,25 @@ def decode(data: bytes, digest: str, display: str):
     if sha256(body).digest() != data[len(MAGIC):head]:
         return None
     try:
-        fingerprint, stored_digest, stored_display, form = marshal.loads(body)
+        fingerprint, stored_digest, stored_display, doc = marshal.loads(body)
     except (ValueError, EOFError, TypeError):
         return None
     if (fingerprint, stored_digest, stored_display) != (engine_fingerprint(), digest, display) \
-            or not isinstance(form, dict):
+            or not (isinstance(doc, tuple) and len(doc) == 3 and isinstance(doc[0], dict)):
         return None
-    return form
+    return doc
 
 
-def store(digest: str, display: str, form) -> bool:
-    """Write the entry atomically (a temporary file renamed into place); False when it could not
-    be written, which only costs the next process the compile."""
+def store(digest: str, display: str, doc) -> bool:
+    """Write the entry for a checked document atomically (a temporary file renamed into place);
+    False when it could not be written, which only costs the next process the parse and schema."""
     path = entry_path(digest, display)
     if path is None:
         return False
     tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        data = encode(digest, display, form)
+        data = encode(digest, display, doc)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             view = memoryview(data)

@@ -1,11 +1,11 @@
-"""Finding, reading, checking and compiling policies.
+"""Finding, reading and checking policies.
 
 `load_policy(ref)`: ref is a family ("dsa-backends", its newest version), a family and version
 ("dsa-backends@2"), the SGLang release a version models ("sglang==0.5.18", "installed": see
 releases.py) or a file path. A load reads the file's bytes and hashes them; a policy already
-compiled from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
-new process the compiled form comes from the on-disk cache (cache.py) when it holds these bytes;
-only otherwise is the file parsed, validated and compiled (and the result stored there).
+loaded from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
+new process the checked document comes from the on-disk cache (cache.py) when it holds these
+bytes; only otherwise is the file parsed and schema-checked (and the document stored there).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from collections import OrderedDict
 import engine.policy.cache as cache
 import engine.policy.releases as releases
 from engine.errors import PolicyError, Problem
+from engine.files.document import Document
 from engine.files.shipped import default_policy_dir, placement, policy_root, shipped_policy_dir
 from engine.policy.policy import Policy
 from engine.policy.releases import is_release_ref
@@ -156,9 +157,9 @@ def load_file(path: str, display: str | None = None) -> Policy:
 
 
 def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
-    """The policy compiled from `data` (the bytes of the file at `path`, shown as `display`),
-    from memory or the on-disk cache when the same bytes were compiled before. Raises
-    PolicyError."""
+    """The policy in `data` (the bytes of the file at `path`, shown as `display`), from memory
+    when the same bytes were loaded before; its checked document from the on-disk cache when
+    stored there. Raises PolicyError."""
     digest = sha256(data).hexdigest()
     key = (digest, display, placement(display))  # what the checks read (cache.py's key alike)
     with _lock:
@@ -167,15 +168,15 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
             _cache.move_to_end(key)
             return hit
     policy = None
-    form = cache.load(digest, display)
-    if form is not None:
-        try:
-            policy = Policy.from_form(form, display, digest, path, data)
-        except Exception:  # an entry this engine cannot use (the checks make it unlikely): rebuilt
+    stored = cache.load(digest, display)
+    if stored is not None:
+        try:  # bytes that passed the schema when the entry was made
+            policy = Policy.from_document(Document(stored[0], display, digest, *stored[1:]), path, schema=False)
+        except Exception:  # an entry this engine cannot use (the checks make it unlikely): read again
             policy = None
     if policy is None:
         policy = compile_bytes(data, display, digest, path)
-        cache.store(digest, display, policy.form())
+        cache.store(digest, display, policy.doc)
     with _lock:
         _cache[key] = policy
         while len(_cache) > _CACHE_SIZE:
@@ -184,8 +185,7 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
 
 
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
-    """Parse, schema-check, check names and values, and compile. Raises PolicyError. `schema`:
-    False only for bytes that passed the schema before (a cache entry exists for them)."""
+    """Parse, schema-check and check names and values. Raises PolicyError."""
     from engine.language.parts import parse_document
 
     return Policy.from_document(parse_document(data, display, digest), path, schema)

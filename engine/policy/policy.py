@@ -1,60 +1,40 @@
-"""A loaded, compiled policy: its declarations, the config checks, and evaluate()."""
+"""A loaded policy: its declarations, the config checks, and evaluate()."""
 from __future__ import annotations
 
-import _thread
 import itertools
 from collections.abc import Iterator, Mapping
 
-from engine.language.decision import Decision
 from engine.errors import ConfigError, Problem
+from engine.language.decision import Decision
+from engine.language.interpreter import Trace, run
+from engine.suggest import did_you_mean, unknown_key
 from engine.values import INT_MAX, INT_MIN, kind, shown, typed
-from engine.policy.memo import memoised
-from engine.suggest import closest, did_you_mean, near_miss
 
 
 class Policy:
-    """One version of one policy family, compiled once at load.
+    """One version of one policy family: its declarations and rules, checked at load.
 
-    `evaluate(config)` runs the compiled function (memoised: see memo.py); `trace(config)` runs
-    the interpreter and returns the decision with the trace of every rule tried (explain,
-    coverage).
+    `evaluate(config)` decides with the interpreter; `trace(config)` also returns the trace of
+    every rule tried (explain, coverage); `probe()` is the bulk evaluator for whole domains.
     """
 
     def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
-        self.family = parts.family
-        self.version = parts.version
-        self.description = parts.description
-        self.source = parts.source
-        self.upstream = parts.upstream
-        self.inputs = parts.inputs
-        self.backends = parts.backends
-        self.phases = parts.phases
-        self.tables = parts.tables
-        self.stages = parts.stages
+        for key in ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases",
+                    "tables", "stages", "applies", "capabilities"):
+            setattr(self, key, getattr(parts, key))
         self.scope = parts.scope  # ((leaves_out index, condition), ...): see Decision.in_scope
-        self.applies = parts.applies
-        self.capabilities = parts.capabilities
         self.file = file  # as shown in messages
         self.path = path or file  # where it was read from
         self.sha256 = sha256
         self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
-        self.rule_meta = tuple((r.name, r.line, r.stage) for r in self.rule_list)  # what decisions name
+        self.rule_meta = tuple((r.name, r.line, r.stage, r.raises) for r in self.rule_list)  # what decisions name
+        checks = self.stages["checks"].rules
+        self.check_order = ([r for r in checks if r.at == "defaults"], [r for r in checks if r.at != "defaults"])
         # inputs (other than phases) some rule rewrites; the others always keep the value given
         self.written = tuple(n for n in self.inputs if self.inputs[n].phase is None
                              and any(n in r.set for r in self.rule_list))
-        self._derive()
-        import engine.language.compiler as codegen
-
-        self.source_code, consts = codegen.compile_policy(self)
-        self._consts = consts
-        self._code = compile(self.source_code, f"<policy {self.family}@{self.version}>", "exec")
-        self._evaluate = self._compile(self._code, consts, "_evaluate")
-        self.evaluate = memoised(self, self._evaluate)
-
-    def _derive(self) -> None:
-        """The look-up tables evaluation uses, from the inputs and phases."""
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
@@ -81,96 +61,29 @@ class Policy:
             ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
             for ph in self.phases
         }
-        self._probes: dict = {}  # the whole-domain evaluators (probe()), compiled on first use
-
-    def _compile(self, code, consts: dict, name: str):
-        namespace = dict(consts, _KEYS=frozenset(self.input_names), _normalize=self.normalize_with_log,
-                         _reject=self._reject, _retry=self._retry, _Decision=Decision, _policy=self)
-        if isinstance(code, str):
-            code = compile(code, f"<policy {self.family}@{self.version}>", "exec")
-        exec(code, namespace)
-        return namespace[name]
-
-    # -- the compiled cache (cache.py) ------------------------------------------------------
-    def form(self) -> dict:
-        """What evaluation (and whole-domain evaluation without counters) needs, as plain
-        marshal-able data: the cache entry of this policy."""
-        return {"family": self.family, "version": self.version, "description": self.description,
-                "source": self.source, "backends": self.backends, "rules": self.rule_meta,
-                "upstream": None if self.upstream is None else self.upstream.fields(),
-                "written": self.written, "inputs": [spec.fields() for spec in self.inputs.values()],
-                "phases": [spec.fields() for spec in self.phases.values()],
-                "code": self._code, "consts": self._consts, "source_code": self.source_code,
-                "probe": self._probe_code(False)}
+        self._probes: dict = {}  # the bulk evaluators (probe()), generated on first use
 
     @classmethod
     def from_document(cls, doc, path: str = "", schema: bool = True) -> "Policy":
-        """A policy from a parsed file: checked (see language/parts.checked_parts) and compiled.
-        Raises PolicyError."""
+        """A policy from a parsed file, checked (see language/parts.checked_parts). Raises
+        PolicyError."""
         from engine.language.parts import checked_parts
 
         return cls(checked_parts(doc, schema), doc.file, doc.sha256, path or doc.file, doc)
 
-    @classmethod
-    def from_form(cls, form: dict, file: str, sha256: str, path: str, data: bytes) -> "Policy":
-        """A policy from its cache entry: evaluation needs no parsing, schema or compiling. The
-        rest of the model (rules, tables, the parsed document) is built from `data`, the file's
-        bytes, on first use."""
-        from engine.language.inputs import InputSpec, PhaseSpec, Upstream
-
-        self = cls.__new__(cls)
-        for key in ("family", "version", "description", "source", "backends", "source_code", "written"):
-            setattr(self, key, form[key])
-        self.rule_meta = tuple(form["rules"])
-        self.upstream = None if form["upstream"] is None else Upstream(*form["upstream"])
-        self.inputs = {f[0]: InputSpec(*f) for f in form["inputs"]}
-        self.phases = {f[0]: PhaseSpec(*f) for f in form["phases"]}
-        self.file, self.path, self.sha256 = file, path or file, sha256
-        self._data = data
-        self._derive()
-        self._consts = form["consts"]
-        self._code = form["code"]
-        self._evaluate = self._compile(self._code, self._consts, "_evaluate")
-        self.evaluate = memoised(self, self._evaluate)
-        self._probes[False] = self._compile(*form["probe"], "_probe")
-        return self
-
-    def __getattr__(self, name: str):
-        # only for what an object lacks: a policy from the cache builds the full model from the
-        # file's bytes (they passed the schema when the entry was made), once, under a lock
-        if not name.startswith("__"):
-            with _FULL_MODEL:
-                data = self.__dict__.pop("_data", None)
-                if data is not None:
-                    from engine.language.parts import parse_document
-
-                    try:
-                        full = Policy.from_document(parse_document(data, self.file, self.sha256), self.path,
-                                                    schema=False)
-                    except BaseException:
-                        self._data = data
-                        raise
-                    for key, value in full.__dict__.items():
-                        self.__dict__.setdefault(key, value)
-            if name in self.__dict__:
-                return self.__dict__[name]
-        raise AttributeError(f"'Policy' object has no attribute {name!r}")
-
     def probe(self, count: bool = True):
-        """The whole-domain evaluator: probe(configs, sink, held, chosen) calls
-        sink((values, sources, log, violations)) for each config of `configs` (tuples of valid
-        canonical values in input order; see codegen). With `count` it also counts into the lists
-        `held` (per rule of rule_list: its condition held; for defaults: held when the defaults
-        stage ran, chosen or not) and `chosen` (per rule: the default chosen)."""
+        """The bulk evaluator: probe(configs, sink, held, chosen) calls sink(...) for each config
+        of `configs` (tuples of valid canonical values in input order; see compiler.py). With
+        `count` it also counts into the lists `held` (per rule of rule_list: its condition held;
+        for defaults: held when the defaults stage ran, chosen or not) and `chosen` (per rule: the
+        default chosen)."""
         if count not in self._probes:
-            self._probes[count] = self._compile(*self._probe_code(count), "_probe")
+            from engine.language.compiler import compile_probe
+
+            source, namespace = compile_probe(self, count)
+            exec(compile(source, f"<probe {self.family}@{self.version}>", "exec"), namespace)
+            self._probes[count] = namespace["_probe"]
         return self._probes[count]
-
-    def _probe_code(self, count: bool) -> tuple:
-        import engine.language.compiler as codegen
-
-        source, consts = codegen.compile_policy(self, probe=True, count=count)
-        return compile(source, f"<probe {self.family}@{self.version}>", "exec"), consts
 
     # -- identity ----------------------------------------------------------------------------
     @property
@@ -195,23 +108,15 @@ class Policy:
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, config: Mapping) -> Decision:
         """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
-        for unknown keys or values. (Replaced per instance by the memoised compiled evaluator.)"""
-        return self._evaluate(config)
+        for unknown keys or values."""
+        canonical, prelude = self.normalize_with_log(config)
+        return run(self, self.complete(canonical), config, None, prelude)
 
     def trace(self, config: Mapping):
-        """(decision, trace): evaluate with the interpreter, recording every stage, rule and
-        check tried."""
-        import engine.language.interpreter as interpret
-
+        """(decision, trace): evaluate, recording every stage, rule and check tried."""
         canonical, prelude = self.normalize_with_log(config)
-        trace = interpret.Trace()
-        return interpret.run(self, self.complete(canonical), config, trace, prelude), trace
-
-    def interpret(self, config: Mapping) -> Decision:
-        import engine.language.interpreter as interpret
-
-        canonical, prelude = self.normalize_with_log(config)
-        return interpret.run(self, self.complete(canonical), config, None, prelude)
+        trace = Trace()
+        return run(self, self.complete(canonical), config, trace, prelude), trace
 
     # -- configs -----------------------------------------------------------------------------
     def canonical_key(self, key) -> str | None:
@@ -237,17 +142,6 @@ class Policy:
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
 
-    def _retry(self, given):
-        """The compiled fast path met a value that is not of its input's exact type: a bad value
-        (ConfigError, every problem), or an accepted subclass (a StrEnum or IntEnum member), whose
-        exact-typed copy is evaluated."""
-        canonical, prelude = self.normalize_with_log(given)
-        return self._evaluate(canonical, given, prelude)
-
-    def _reject(self, config):
-        problems = self._check(config, "")[1]
-        raise ConfigError(problems or [Problem("C503", "invalid config")])
-
     def _check(self, config, file: str, doc=None):
         """(canonical config, problems, log lines of deprecated spellings). `doc` (a parsed config
         file) gives each problem the line and column of its key. (SGLang config files, which
@@ -262,10 +156,7 @@ class Policy:
         names = sorted(set(self.key_map))
 
         def at(problem: Problem, key) -> Problem:
-            if doc is None:
-                return problem
-            line, col = doc.pos((key,), key=True)
-            return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+            return problem if doc is None else doc.placed(problem, key)
 
         for key, value in config.items():
             name = self.canonical_key(key)
@@ -275,9 +166,7 @@ class Policy:
                                            file, hint=note), key))
                 continue
             if name is None:
-                near = (near_miss(key, names) or closest(key, names)) if isinstance(key, str) else None
-                hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), self.input_names)
-                problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
+                problems.append(at(unknown_key(key, names, self.input_names, file), key))
                 continue
             if name in out and out[name] != value:
                 problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
@@ -332,7 +221,6 @@ class Policy:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
-_FULL_MODEL = _thread.allocate_lock()
 
 
 def _exact(value):

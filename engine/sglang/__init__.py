@@ -8,7 +8,7 @@ from __future__ import annotations
 # public name -> the module that defines it
 _PUBLIC = {
     "apply": "routing", "resolution_step": "routing",
-    "ASSERTED_RULES": "server_args", "raise_refusal": "server_args", "ServerArgsError": "server_args",
+    "raise_refusal": "server_args", "ServerArgsError": "server_args",
     "config_from_launch": "launch", "launch_args": "launch", "launch_layers": "launch",
     "model_inputs": "models", "model_is_dsa": "models",
 }

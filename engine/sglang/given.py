@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.values import clip, kind, shown
-from engine.language.inputs import Record  # fields compared and shown like a dataclass's, without importing dataclasses
-from engine.suggest import closest, did_you_mean, near_miss
+from engine.language.record import Record
+from engine.suggest import did_you_mean, near_miss, unknown_key
 
 MODEL_KEYS = ("model-path", "model")
 # SGLang's JSON-valued options: primary spelling -> (aliases, {JSON key: the policy input it sets})
@@ -33,6 +33,8 @@ OPTIONS = {
                          "host_to_device_ratio": "hisparse_host_to_device_ratio"}),
 }
 _OPTION_OF = {k: primary for primary, (aliases, _) in OPTIONS.items() for k in (primary,) + aliases}
+# every key SGLang's options the inputs derive from are spelled by: the model path's and the JSON options'
+SOURCE_KEYS = MODEL_KEYS + tuple(_OPTION_OF)
 # every key SGLang 0.5.23 reads from the option (srt/mem_cache/sparsity/factory.py:_parse_sparse_config);
 # it passes any other key on unread, so a misspelt one is worth a note
 OPTION_KEYS = {
@@ -89,10 +91,7 @@ def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, leni
     seen: dict = {}  # option or model group -> the key that set it
 
     def at(problem: Problem, key) -> Problem:
-        if doc is None:
-            return problem
-        line, col = doc.pos((key,), key=True)
-        return Problem(problem.code, problem.message, problem.file, line, col, problem.hint)
+        return problem if doc is None else doc.placed(problem, key)
 
     removed = getattr(policy, "removed_keys", {})
     for key, value in data.items():
@@ -107,10 +106,7 @@ def read_layer(policy, data, source: str = "", *, file: str = "", doc=None, leni
             if lenient and near is None and not hint:
                 layer.ignored.append(clip(str(key), 40))
                 continue
-            if not hint:
-                near = near or (closest(key, names) if isinstance(key, str) else None)
-                hint = f"did you mean '{near}'?" if near else did_you_mean(str(key), policy.input_names)
-            problems.append(at(Problem("C501", f"unknown config key {shown(key)}", file, hint=hint), key))
+            problems.append(at(unknown_key(key, names, policy.input_names, file, hint), key))
             continue
         if group in seen and seen[group][1] != value:
             problems.append(at(Problem("C501", f"{shown(key)} and {shown(seen[group][0])} both set "

@@ -17,15 +17,14 @@ import os
 import shlex
 
 from engine.errors import ConfigError, Problem
-from engine.sglang.given import DASHES, MODEL_KEYS, OPTIONS, combine, read_layer, typographic_dash
+from engine.sglang.given import DASHES, SOURCE_KEYS, combine, read_layer, typographic_dash
 from engine.suggest import near_miss
 from engine.values import parse_int, shown
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
 # SGLang options the launch reader reads besides the policy's flags (their values are read by
 # engine/sglang/given.py as from any other source)
-_OPTION_FLAGS = tuple("--" + k for k in MODEL_KEYS) + tuple(
-    "--" + k for primary, (aliases, _) in OPTIONS.items() for k in (primary,) + aliases)
+_OPTION_FLAGS = tuple("--" + k for k in SOURCE_KEYS)
 
 
 def launch_args(tokens: list[str]) -> list[str]:

@@ -150,7 +150,7 @@ def judge(obj, policy, env: dict):
     every other source is; what SGLang finds on the machine and in the model comes first, the
     keyword arguments last. What was given (engine.sglang.given.Given.given) is what a decision
     record keeps."""
-    from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
+    from engine.sglang.given import SOURCE_KEYS, combine, read_layer
     from engine.sglang.server_args import attr_names
 
     read = _reader(obj)
@@ -171,7 +171,7 @@ def judge(obj, policy, env: dict):
             attrs.update(values)
         elif present and spec.nullable:
             attrs[name] = None
-    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+    for key in SOURCE_KEYS:
         try:
             value = read(key.replace("-", "_"))
         except KeyError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from engine.sglang.given import MODEL_KEYS, OPTIONS, combine, read_layer
+from engine.sglang.given import SOURCE_KEYS, combine, read_layer
 from engine.sglang.server_args import ServerArgsError, attr_names, raise_refusal
 from engine.values import clip, typed
 
@@ -59,7 +59,7 @@ def apply(server_args, policy=None, *, dsa_model=None, platform=None, sm_major=N
             attrs.update(values)
         elif present and spec.nullable:
             attrs[name] = None
-    for key in MODEL_KEYS + tuple(k for p, (aliases, _) in OPTIONS.items() for k in (p,) + aliases):
+    for key in SOURCE_KEYS:
         value = fields.get(key.replace("-", "_"))
         if value is not None and value != "":
             attrs[key] = value

@@ -11,15 +11,11 @@ class ServerArgsError(EngineError, TypeError):
     ServerArgs it cannot write (a read-only attribute): nothing was written."""
 
 
-# rules SGLang checks with a bare `assert` (AssertionError); it refuses everything else with a
-# ValueError
-ASSERTED_RULES = frozenset({"dsa-dtype", "hisparse-dsa-model", "hisparse-radix-cache"})
-
-
 def raise_refusal(decision):
-    """Raise what SGLang raises for the decision's first violation."""
+    """Raise what SGLang raises for the decision's first violation: the exception its rule names
+    (`raises`: AssertionError for SGLang's bare asserts, else ValueError)."""
     first = decision.violations[0]
-    raise (AssertionError if first.check in ASSERTED_RULES else ValueError)(decision.error)
+    raise (AssertionError if first.raises == "AssertionError" else ValueError)(decision.error)
 
 
 def attr_names(policy, name: str) -> list[str]:

@@ -6,7 +6,9 @@ every check its C++ entry points and kernels make on the arguments the bridge ca
 shapes, strides, alignment, page block size, head counts per architecture, top-k multiples,
 scheduler metadata), so that a test cannot pass where a GPU call would fail. An out-of-range
 decode index is the out-of-bounds read it would be (OutOfBoundsRead). Results come from the
-bridge's reference in the flavour's own conventions (base-2 statistics for the 2025 builds).
+float64 oracle (tests/oracles/bridge_oracle.py: per-query numpy attention, the FP8 rows read byte
+by byte), never from the bridge's own reference, in the flavour's own conventions (base-2
+statistics for the 2025 builds).
 Every call is recorded in `module.calls`.
 
 Sources, cited by line below:
@@ -32,7 +34,8 @@ from typing import Optional
 
 import torch
 
-from kernels_bridge import flashmla, reference
+from kernels_bridge import flashmla  # only to fake its device probe (install)
+from tests.oracles import bridge_oracle
 
 FLAVOURS = ("sgl-use-legacy", "upstream-natural-lse", "upstream-log2-lse")  # serve V3.2
 V41_ONLY = "upstream-v41-only"  # FlashMLA 2026.09.30+: detected, never usable for V3.2
@@ -296,20 +299,26 @@ def _out_of_bounds(k_cache, indices) -> None:
 
 
 def _prefill_result(q, kv, indices, sm_scale, attn_sink, topk_length, log2: bool):
-    out, max_logits, lse = reference.prefill_compute(q, kv, indices, sm_scale, attn_sink,
-                                                     topk_length)
+    """The kernel's outputs, from the float64 oracle (not the bridge's reference): out bf16,
+    statistics float32, as the kernels write them."""
+    out, max_logits, lse = bridge_oracle.prefill_oracle(q, kv, indices, sm_scale, attn_sink, topk_length)
+    out, max_logits, lse = (torch.from_numpy(a) for a in (out, max_logits, lse))
     if log2:  # the 2025 kernels: base-2 statistics, -inf lse where no index is valid
         lse = torch.where(lse == math.inf, -math.inf, lse * LOG2E)
         max_logits = max_logits * LOG2E
-    return out, max_logits, lse
+    return out.to(torch.bfloat16), max_logits.float(), lse.float()
 
 
 def _decode_result(mod, q, k_cache, indices, softmax_scale, attn_sink):
+    """The kernel's outputs, from the float64 oracle reading the 656-byte rows byte by byte:
+    out bf16 [b, s_q, h_q, 512], lse float32 [b, h_q, s_q] as a transposed view of a
+    [b, s_q, h_q] tensor (FlashMLA's layout)."""
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-    out, lse = reference.decode_compute(q, k_cache, indices, scale, attn_sink)
+    out, lse = bridge_oracle.decode_oracle(q, k_cache, indices, scale, attn_sink)
+    lse = torch.from_numpy(lse).float().transpose(1, 2).contiguous().transpose(1, 2)
     if mod.flavour == "upstream-log2-lse":
         lse = torch.where(lse == math.inf, -math.inf, lse)
-    return out, lse
+    return torch.from_numpy(out).to(torch.bfloat16), lse
 
 
 def build(flavour: str, *, has_legacy: bool = True, capability=(9, 0)) -> types.ModuleType:

@@ -2,7 +2,8 @@
 
 Per config, the policy side and the SGLang side agree when they agree on acceptance; for an
 accepted config, on the resolved KV dtype and both backends; for a rejected one, on the first
-violation's message against the exception's text; and, either way, on the routing log lines in
+violation's message against the exception's text, and on its rule's `raises` against the
+exception's type; and, either way, on the routing log lines in
 order (for a rejected config, the lines logged before the raise). A config SGLang rejects at a
 place the policy declares it leaves out (`upstream.leaves_out`), and that the decision itself says
 is out of scope (Decision.in_scope, from the same entries' `when`), is out of scope, counted apart.
@@ -15,7 +16,7 @@ import itertools
 from engine.analysis.outcomes import cube_json, cube_text, factor, minimize
 from engine.values import show
 
-FIELDS = ("acceptance", "message", "kv_cache_dtype", "backends", "log")
+FIELDS = ("acceptance", "message", "exception", "kv_cache_dtype", "backends", "log")
 
 
 def sides(policy, decision, result) -> tuple[dict, dict]:
@@ -24,10 +25,11 @@ def sides(policy, decision, result) -> tuple[dict, dict]:
     ours = {"ok": decision.ok, "message": decision.error, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
             "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log)}
     if not decision.ok:
-        ours["check"] = decision.violations[0].check
+        first = decision.violations[0]
+        ours["check"], ours["exception"] = first.check, first.raises
     theirs = {"ok": result.ok, "message": result.message, "kv_cache_dtype": result.kv_cache_dtype,
               "backends": tuple(result.backends), "log": tuple(result.log), "where": result.where,
-              "stage": result.stage}
+              "stage": result.stage, "exception": result.error_type}
     return ours, theirs
 
 
@@ -38,7 +40,7 @@ def differing(ours: dict, theirs: dict) -> list[str]:
     elif ours["ok"]:
         out = [f for f in ("kv_cache_dtype", "backends") if ours[f] != theirs[f]]
     else:
-        out = ["message"] if ours["message"] != theirs["message"] else []
+        out = [f for f in ("message", "exception") if ours[f] != theirs[f]]
     if ours["log"] != theirs["log"]:
         out.append("log")
     return out
@@ -75,6 +77,8 @@ def group_key(fields: list[str], ours: dict, theirs: dict) -> tuple:
                           "accepted" if theirs["ok"] else _function(theirs["where"])))
         elif f == "message":
             parts.append(("message", ours.get("check"), _function(theirs["where"])))
+        elif f == "exception":
+            parts.append(("exception", ours["exception"], theirs["exception"]))
         elif f == "backends":
             parts += [(ph, a, b) for ph, a, b in zip(("prefill", "decode"), ours["backends"], theirs["backends"])
                       if a != b]
@@ -109,7 +113,7 @@ def _example(names, combo, case, ours, theirs) -> dict:
             out["kv_cache_dtype"] = s["kv_cache_dtype"]
             out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
         else:
-            out["message"] = s["message"]
+            out["message"], out["exception"] = s["message"], s["exception"]
         out["log"] = list(s["log"])
         if "check" in s:
             out["check"] = s["check"]
