@@ -111,7 +111,7 @@ class EngineError(Exception):
     problems; the rest carry a message and keep the builtin base callers catch them by
     (TemplateSyntaxError and UnknownVersion are ValueErrors, WorkerCrashed and DriverError
     RuntimeErrors). The CLI's exit code is chosen per class, not by this root. One class stays
-    outside: conform's prepipeline.ParserError is a SystemExit, as argparse's own exit is."""
+    outside: conform's startup.ParserError is a SystemExit, as argparse's own exit is."""
 
 
 class HisparseError(EngineError):

@@ -9,6 +9,7 @@ import pytest
 
 from engine.sglang.conform import drivers, pipeline
 from tests.helpers import ROOT
+from tests.sglang_release import require_modules
 
 PIPELINE_RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
@@ -78,8 +79,7 @@ def test_the_stand_in_comes_before_the_first_import_of_sglang(tmp_path):
     import json
     import subprocess
 
-    pytest.importorskip("torch", reason="needs torch: `make install`")
-    pytest.importorskip("transformers", reason="needs transformers (the conform extra): `make install`")
+    require_modules("torch", "transformers")
     package = tmp_path / "sglang"
     package.mkdir()
     (package / "__init__.py").write_text("import torchvision  # as sglang 0.5.12.post1-0.5.20 do\n")

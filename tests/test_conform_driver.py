@@ -3,7 +3,7 @@ SGLang's source (the expected texts are SGLang's own), the runner (order, worker
 crashes, Ctrl-C) on stand-in drivers, and how the installed SGLang is found.
 
 The driver tests (those using the `driver` fixture) need SGLang 0.5.23 (`make install` installs
-it) and skip cleanly without it."""
+it): without it they skip, and fail under CI (tests/sglang_release.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -26,6 +26,7 @@ from engine.sglang.conform.machine import platform_facts
 from engine.sglang.conform.model_folders import config_fields
 from engine.sglang.conform.protocol import Case, Result
 from tests.helpers import ROOT
+from tests.sglang_release import require
 
 H = ("--enable-hisparse", "--disable-radix-cache")
 V32, GLM5, GLM5_NEXT, V3 = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
@@ -43,9 +44,7 @@ def case(argv, arch=V32, platform="cuda", cap=(9, 0), extra=()):
 def driver():
     """The 0.5.23 driver, loaded; the test is skipped when SGLang 0.5.23 cannot be imported
     (asked here, not at collection: importing SGLang costs seconds)."""
-    version, reason = drivers.installed_sglang()
-    if version != "0.5.23":
-        pytest.skip(f"needs SGLang 0.5.23: {reason}")
+    require("0.5.23", imported=True)
     from engine.sglang.conform import pipeline
 
     pipeline.load()
@@ -309,9 +308,18 @@ def test_more_workers_than_cases_and_no_cases():
     assert runner.run_cases(stand_in(echo), [], workers=2) == []
 
 
-def test_workers_share_the_work():
+def test_workers_share_the_work(tmp_path):
+    """Both workers run cases: a worker's first case waits (boundedly) until two have shown up, so a
+    worker that starts late on a loaded machine still gets work, and one that never gets any fails
+    the test rather than leaving it to timing."""
     def pid(c):
-        time.sleep(0.002)
+        mine = tmp_path / str(os.getpid())
+        first = not mine.exists()
+        mine.touch()
+        for _ in range(200 if first else 0):  # a worker's first case waits, at most ~10 s
+            if len(os.listdir(tmp_path)) >= 2:
+                break
+            time.sleep(0.05)
         return Result(ok=True, message=str(os.getpid()), kv_cache_dtype=None, backends=(None, None),
                       log=(), stage="done")
     pids = {r.message for r in runner.run_cases(stand_in(pid), CASES, workers=2)}
@@ -454,6 +462,45 @@ def test_ctrl_c_stops_the_workers(tmp_path):
     for pid in map(int, os.listdir(tmp_path)):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_workers_end_when_the_parent_is_killed(tmp_path):
+    """A parent killed outright (SIGKILL: no Ctrl-C handling, no cleanup) leaves no worker behind."""
+    script = textwrap.dedent(f"""
+        import os, time, types
+        from engine.sglang.conform import runner
+        from engine.sglang.conform.protocol import Case, Result
+        def slow(c):
+            with open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "w"):
+                pass
+            time.sleep(0.05)
+            return Result(True, None, None, (None, None), (), "done")
+        drv = types.SimpleNamespace(load=lambda: None, run_case=slow)
+        cases = [Case(("--n=%d" % i,), "A", "cuda", (9, 0)) for i in range(4000)]
+        runner.run_cases(drv, cases, workers=2)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=ROOT))
+    deadline = time.monotonic() + 60
+    while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = [int(name) for name in os.listdir(tmp_path)]
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+        except FileNotFoundError:
+            return False
+    deadline = time.monotonic() + 30  # a bound for a loaded machine, not a speed claim
+    while any(map(alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if alive(pid)]
+    for pid in left:  # a failing run leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    assert not left
 
 
 # -- finding the driver ---------------------------------------------------------------------------

@@ -14,11 +14,9 @@ import pytest
 from engine.policy.releases import release_key
 from engine.sglang.conform import drivers, pipeline
 from engine.sglang.conform.protocol import Case
+from tests.sglang_release import require
 
-RELEASE = drivers.installed_release()
-if RELEASE not in pipeline.RELEASES:
-    pytest.skip(f"needs one of SGLang {', '.join(pipeline.RELEASES)} (installed: {RELEASE or 'none'}); "
-                f"set it up with `make conform-env SGLANG=X` (docs/conform.md)", allow_module_level=True)
+RELEASE = require(pipeline.RELEASES)
 
 V32, V3 = "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM"
 H = ("--enable-hisparse", "--disable-radix-cache")
@@ -109,8 +107,7 @@ def test_conform_without_policy_runs_the_installed_release_version():
     from engine.cli.versions import modelled_releases
 
     table = modelled_releases()
-    if RELEASE not in table:
-        pytest.skip(f"no shipped policy version models SGLang {RELEASE} yet")
+    assert RELEASE in table, f"no shipped policy version models SGLang {RELEASE}"
     (ref, _, _), = table[RELEASE]
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "conform", "--sample", "1000", "--seed", "11",
                            "--format", "json"], capture_output=True, text=True, timeout=1800)

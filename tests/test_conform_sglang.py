@@ -1,18 +1,17 @@
 """`hisparse conform` against the real SGLang 0.5.23 (installed by `make install`): a fixed stratified
 sample of dsa-backends@10 agrees on every field, and dsa-backends@8's known differences come out
-as a few grouped patterns. Without SGLang these tests skip, except in CI, where its absence fails."""
+as a few grouped patterns. Without SGLang 0.5.23 these tests skip, except in CI, where its absence
+fails (tests/sglang_release.py)."""
 import json
-import os
 import subprocess
 import sys
 
-import pytest
 
 from engine.sglang.conform.drivers import installed_sglang
+from tests.sglang_release import require
 
+require("0.5.23", imported=True)
 VERSION, REASON = installed_sglang()
-if VERSION is None and not os.environ.get("CI"):
-    pytest.skip(f"SGLang is not importable here: {REASON}", allow_module_level=True)
 
 
 def conform(*args):

@@ -26,7 +26,7 @@ from engine.sglang.conform import drivers, transitional
 from engine.sglang.conform import sample as sampling
 from engine.sglang.conform.cases import case_of
 from engine.sglang.conform.machine import PatchedHelpers, helper_functions, platform_facts
-from engine.sglang.conform.prepipeline import installed_version
+from tests.sglang_release import INSTALLED, require
 from engine.sglang.conform.protocol import Case
 
 VERSIONS = {"dsa-backends@5": "0.5.16", "dsa-backends@6": "0.5.17", "dsa-backends@7": "0.5.18"}
@@ -124,7 +124,6 @@ def test_the_driver_refuses_an_unknown_platform_before_importing_sglang():
 
 
 # -- the driver, where a transitional release is installed ---------------------------------------
-INSTALLED = installed_version()
 V32, V3, GLM, LONGCAT = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM",
                          "LongcatFlashForCausalLM")
 H = ("--enable-hisparse", "--disable-radix-cache")
@@ -239,10 +238,7 @@ PARAMS = [pytest.param(v, c, id=f"{v}-{c[0]}") for v, cases in RELEASES.items() 
 
 
 def _driver(version=None):
-    if INSTALLED not in transitional.VERSIONS or (version is not None and INSTALLED != version):
-        want = version or "0.5.15 to 0.5.18"
-        pytest.skip(f"SGLang {want} is not installed here ({INSTALLED or 'none'}): make conform-env SGLANG=X, "
-                    f"then ENVS/sglang-X/bin/python -m pytest {os.path.relpath(__file__)}")
+    require(version or transitional.VERSIONS)
     module = drivers.driver_for(INSTALLED)  # as `hisparse conform` finds it
     assert module is transitional
     module.load()
@@ -286,12 +282,11 @@ def test_driver_leaves_the_process_as_it_found_it():
 
 def test_the_modelling_version_agrees_on_a_sample():
     _driver()
-    from engine.policy.releases import modelled
+    from engine.cli.versions import modelled_releases
     from engine.sglang.conform import conform
 
-    found = modelled(os.path.join(os.path.dirname(engine.__file__), "..", "policies")).get(INSTALLED)
-    if not found:
-        pytest.skip(f"no dsa-backends version lists SGLang {INSTALLED} yet")
-    (ref, path, _), = found
-    report = conform(engine.load_policy(path), sample=300, seed=23, workers=0)
+    found = modelled_releases().get(INSTALLED)
+    assert found, f"no dsa-backends version lists SGLang {INSTALLED}"
+    (ref, _, _), = found
+    report = conform(engine.load_policy(ref), sample=300, seed=23, workers=0)
     assert report["total"] == 300 and report["counts"]["differ"] == 0, report["differences"][:3]

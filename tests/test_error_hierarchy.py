@@ -15,7 +15,7 @@ PACKAGES = {"engine": "engine.errors.EngineError", "kernels_bridge": "kernels_br
 OUTSIDE_ROOT = {
     # stands in for argparse's exit inside SGLang 0.5.11/0.5.12's own parsing code, where an
     # `except Exception` must not catch it, as it would not catch the real SystemExit
-    "engine.sglang.conform.prepipeline.ParserError",
+    "engine.sglang.conform.startup.ParserError",
     # the timer of an in-process conform run: it interrupts SGLang's own code, whose `except
     # Exception` must not swallow it; it never leaves the runner (it becomes CaseTimedOut)
     "engine.sglang.conform.runner._Alarm",
@@ -61,7 +61,7 @@ def test_every_exception_derives_from_the_package_root(package):
 
 
 def test_the_allowed_exceptions_exist_and_need_it():
-    from engine.sglang.conform.prepipeline import ParserError
+    from engine.sglang.conform.startup import ParserError
 
     from engine.sglang.conform.runner import _Alarm
 

@@ -27,13 +27,11 @@ ALLOWED: dict[tuple[str, str], str] = {
         "SGLang's HookRegistry keeps the registered hooks only there; the guard checks that no other "
         "plugin's REPLACE hook overrides the policy's",
     ("engine/sglang/conform/prepipeline.py", "_handle_model_specific_adjustments"):
-        "the conform driver runs SGLang 0.5.11 to 0.5.14's own routing code, which is this method",
-    ("engine/sglang/conform/prepipeline.py", "_parse_cuda_graph_config"):
-        "the effect of SGLang 0.5.14's __post_init__ that its routing method reads, run as its own code",
-    ("engine/sglang/conform/transitional.py", "_handle_model_specific_adjustments"):
-        "the conform driver runs SGLang 0.5.15-0.5.18's own routing code, which this method calls",
-    ("engine/sglang/conform/transitional.py", "_parse_cuda_graph_config"):
-        "SGLang 0.5.15-0.5.18's own parse of the CUDA graph flags, which their routing method reads",
+        "the conform driver runs SGLang 0.5.11 to 0.5.18's own routing code, which is this method "
+        "(0.5.15-0.5.18: it runs their DSA passes)",
+    ("engine/sglang/conform/startup.py", "_parse_cuda_graph_config"):
+        "the effect of SGLang 0.5.14-0.5.18's __post_init__ that their routing reads (the CUDA graph "
+        "flags parsed), run as the release's own code",
     ("engine/sglang/conform/transitional.py", "_hisparse_validation"):
         "SGLang 0.5.15-0.5.18's HiSparse check, the pass check_server_args runs at its slot",
 }

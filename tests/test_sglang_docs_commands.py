@@ -1,9 +1,9 @@
 """Launch commands from SGLang's own documentation and tests, read by `hisparse evaluate -- CMD` and
 from a `--config` file, against what SGLang 0.5.23 itself does with the same arguments (its parser,
 resolution, checks and --hisparse-config parse, run by the conform driver on a local model folder of
-the architecture the hub name stands for). Skips without SGLang, except in CI."""
+the architecture the hub name stands for). Skips without SGLang 0.5.23, except in CI, where its
+absence fails (tests/sglang_release.py)."""
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -13,10 +13,10 @@ import yaml
 
 from engine.sglang.conform.drivers import installed_sglang
 from engine.sglang.conform.protocol import Case
+from tests.sglang_release import require
 
+require("0.5.23", imported=True)
 VERSION, REASON = installed_sglang()
-if VERSION is None and not os.environ.get("CI"):
-    pytest.skip(f"SGLang is not importable here: {REASON}", allow_module_level=True)
 
 # (where it comes from, the command); the model is a hub name, replaced by a local folder for SGLang
 COMMANDS = [

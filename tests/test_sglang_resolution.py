@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from engine.sglang.conform.drivers import installed_sglang
 from engine.sglang import apply, resolution_step
 from tests.helpers import ROOT
+from tests.sglang_release import require
 
 
 
@@ -24,9 +24,7 @@ from tests.helpers import ROOT
 def sglang_0523():
     """Skip the module when SGLang 0.5.23 cannot be imported (asked when the tests run, not at
     collection: importing SGLang costs seconds)."""
-    version, reason = installed_sglang()
-    if version != "0.5.23":
-        pytest.skip(f"needs SGLang 0.5.23: {reason}")
+    require("0.5.23", imported=True)
 
 V3 = "dsa-backends@8"
 TILELANG_V3 = ("The tilelang DSA prefill/decode kernels only support an fp8_e4m3 KV cache on "

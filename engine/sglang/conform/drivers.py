@@ -18,9 +18,9 @@ put in place before anything here imports SGLang, the version probe included."""
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 
 from engine.errors import EngineError
+from engine.sglang.conform.startup import installed_release
 
 PIPELINE = "engine.sglang.conform.pipeline"  # the resolve_once pipeline releases
 
@@ -143,14 +143,6 @@ def stand_ins() -> None:
         torchvision_stub.install()
     except ImportError:
         pass
-
-
-def installed_release() -> str | None:
-    """The installed SGLang's version, from its package metadata (nothing is imported)."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def installed_sglang() -> tuple[str | None, str]:

@@ -16,7 +16,10 @@ import tempfile
 
 # architecture -> (transformers config class, fields written unless the case gives its own)
 ARCHITECTURES: dict[str, tuple[str, dict]] = {
-    "DeepseekV32ForCausalLM": ("DeepseekV32Config", {}),  # index_topk 2048: DSA
+    # DeepSeek-V3.2: index_topk 2048, DSA (the indexer fields are DeepseekV32Config's defaults, written
+    # out for the transformers that lack the class)
+    "DeepseekV32ForCausalLM": ("DeepseekV32Config", {"index_topk": 2048, "index_head_dim": 128,
+                                                     "index_n_heads": 64}),
     "GlmMoeDsaForCausalLM": ("GlmMoeDsaConfig", {}),  # GLM-5, index_topk 2048: DSA
     # GLM-5.3-Flash. transformers' default index_kpool 16 makes SGLang pick page size 64*16 = 1024,
     # which fails the bare mamba-track-interval assert (interval 256) whenever the radix cache is
@@ -34,10 +37,14 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
 }
 
 
-# the model_type of an architecture whose config class neither transformers nor SGLang has (GLM-5.3-
-# Flash under transformers 5.12.1 with SGLang 0.5.13-0.5.19): its config.json is written as plain
-# JSON, so that SGLang meets the model as an operator's checkpoint and gives its own start-up error
-MODEL_TYPES = {"Glm5NextForConditionalGeneration": "glm5_next"}
+# the model_type of an architecture whose config class neither transformers nor SGLang may have:
+# DeepSeek-V3.2 under transformers 5.6.0 (SGLang 0.5.11-0.5.14) is written by the class it extends
+# (BASE_CLASSES) with its own model_type, as DeepSeek-V3.2's config.json is; SGLang re-reads it as
+# deepseek_v3 (`_load_deepseek_v32_model`). GLM-5.3-Flash under transformers 5.12.1 with SGLang
+# 0.5.13-0.5.19 is written as plain JSON, so that SGLang meets the model as an operator's checkpoint
+# and gives its own start-up error
+MODEL_TYPES = {"Glm5NextForConditionalGeneration": "glm5_next", "DeepseekV32ForCausalLM": "deepseek_v32"}
+BASE_CLASSES = {"DeepseekV32Config": "DeepseekV3Config"}
 
 
 def config_class(name: str):
@@ -103,10 +110,19 @@ class ModelFolders:
         final = os.path.join(self.root, f"{architecture}-{digest}")
         if os.path.isfile(os.path.join(final, "config.json")):
             return final
-        cls = config_class(ARCHITECTURES[architecture][0])
+        name = ARCHITECTURES[architecture][0]
+        cls = config_class(name) or (config_class(BASE_CLASSES[name]) if name in BASE_CLASSES else None)
         partial = tempfile.mkdtemp(prefix=".partial-", dir=self.root)
         if cls is not None:
             cls(architectures=[architecture], **fields).save_pretrained(partial)
+            if cls.__name__ != name:  # the base class: the architecture's own model_type
+                path = os.path.join(partial, "config.json")
+                with open(path, encoding="utf-8") as fh:
+                    config = json.load(fh)
+                config["model_type"] = MODEL_TYPES[architecture]
+                config.pop("layer_types", None)  # transformers 5.6.0 refuses it on reading back
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump(config, fh, indent=2, sort_keys=True)
         elif architecture in MODEL_TYPES:
             with open(os.path.join(partial, "config.json"), "w", encoding="utf-8") as fh:
                 json.dump({"architectures": [architecture], "model_type": MODEL_TYPES[architecture],

@@ -46,13 +46,11 @@ Log lines: the WARNING records of `sglang.*` loggers whose emitting function is 
 `ROUTING_FUNCTIONS`, in order, including those emitted before a raise."""
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import warnings
 
 from engine.errors import EngineError
-from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.conform import startup
+from engine.sglang.conform.protocol import Case, Result
 
 # the releases this driver was checked on, oldest first; VERSION is the newest
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
@@ -75,33 +73,6 @@ ROUTING_FUNCTIONS = frozenset({
     "parse_hisparse_config",
     "print_deprecated_warning",  # srt/arg_groups/argparse_actions.py: 0.5.19's --nsa-* notice
 })
-
-# cases run at load time for each architecture, so that the imports SGLang makes lazily inside
-# resolution (the HiSparse path, the mamba-cache path of GLM-5.3-Flash, ROCm) happen before the
-# workers fork: (argv, platform, capability)
-_WARM_UP = (
-    (("--enable-hisparse", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3"), "cuda", (9, 0)),
-    ((), "cuda", (10, 0)),
-    ((), "hip", (9, 4)),
-)
-
-
-class _ParserExit(EngineError):
-    """argparse's error(): the message it would print after "error: "."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """SGLang's parser, unchanged, except that an error is raised instead of printed + exit 2."""
-
-    def error(self, message):
-        raise _ParserExit(message)
-
-    def exit(self, status=0, message=None):
-        raise _ParserExit(message or "")
-
-    def _print_message(self, message, file=None):
-        pass  # --help and --version text is not wanted in a conformance run
-
 
 class Moved(EngineError, ImportError):
     """The installed SGLang lacks something this driver runs (a newer release moved it): the
@@ -205,8 +176,6 @@ class _State:
         from engine.sglang.conform.model_folders import ModelFolders
 
         self.torchvision_stubbed = torchvision_stub.install()
-        import sglang
-
         found = _needed()
         ServerArgs = found["ServerArgs"]
         self.ServerArgs = ServerArgs
@@ -214,9 +183,8 @@ class _State:
         self.parse_hisparse_config = found["parse_hisparse_config"]
         self.publish, self.snapshot = found["publish"], found["snapshot_context"]
         self.restore = found["restore_context"]
-        self.package_dir = os.path.dirname(os.path.abspath(sglang.__file__)) + os.sep
-        self.parser = _Parser(prog="sglang serve")
-        ServerArgs.add_cli_args(self.parser)
+        self.package_dir = startup.package_dir()
+        self.parser = startup.release_parser(ServerArgs)
         self.prepare = _prepare_function(found["prepare_server_args"], self.parser)
         self.fields = _FieldsMemo(ServerArgs) if _is_struct(ServerArgs) else None
         if self.fields is None:
@@ -235,7 +203,7 @@ class _State:
         except (ValueError, AttributeError) as exc:
             raise Moved(str(exc)) from None
         self.models = ModelFolders()
-        self.capture = _install_capture()
+        self.capture = startup.LogCapture(ROUTING_FUNCTIONS)
         if self.fields is not None:
             self.fields.enable()
 
@@ -279,73 +247,15 @@ def import_sglang() -> None:
 
 
 def load() -> None:
-    """Import SGLang and run the warm-up cases (`_WARM_UP`, for each architecture), so that the
+    """Import SGLang and run the warm-up cases (`startup.WARM_UP`, for each architecture), so that the
     imports SGLang makes lazily happen once, in the process that forks the workers. Idempotent."""
     import_sglang()
     if getattr(_STATE, "warm", False):
         return
     from engine.sglang.conform.model_folders import ARCHITECTURES
 
-    for arch in ARCHITECTURES:
-        for argv, platform, capability in _WARM_UP:
-            run_case(Case(argv=argv, architecture=arch, platform=platform, capability=capability))
+    startup.warm_up(run_case, ARCHITECTURES)
     _STATE.warm = True
-
-
-class _Capture(logging.Handler):
-    """The routing log of the case being run (installed once, on the "sglang" logger)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.lines: list[str] | None = None  # None between cases
-
-    def emit(self, record):
-        if self.lines is not None and is_routing_record(record, ROUTING_FUNCTIONS):
-            self.lines.append(record.getMessage())
-
-
-def _install_capture() -> _Capture:
-    """A handler on the "sglang" logger, for the life of the process, and the logger's level set to
-    WARNING whatever the host configured, so the routing records are made. Set once:
-    `Logger.setLevel` clears every logger's cache, ~1 ms with SGLang's hundreds of loggers. While
-    a case runs the logger does not propagate, so the host's handlers print nothing of SGLang's."""
-    capture = _Capture()
-    sglang_logger = logging.getLogger("sglang")
-    sglang_logger.setLevel(logging.WARNING)
-    sglang_logger.addHandler(capture)
-    return capture
-
-
-_ENV_DATA = getattr(os.environ, "_data", None)  # CPython's raw mapping: a cheap snapshot
-
-
-class _Isolated:
-    """One case's side effects kept in: its log captured, os.environ put back, warnings (a CPU
-    machine's "Triton is not supported on current platform") not shown."""
-
-    def __enter__(self):
-        self.env = dict(_ENV_DATA) if _ENV_DATA is not None else dict(os.environ)
-        self.lines = _STATE.capture.lines = []
-        self.logger = logging.getLogger("sglang")
-        self.propagate, self.logger.propagate = self.logger.propagate, False
-        self.warnings = warnings.catch_warnings()
-        self.warnings.__enter__()
-        warnings.simplefilter("ignore")
-        return self
-
-    def __exit__(self, *exc):
-        _STATE.capture.lines = None
-        self.logger.propagate = self.propagate
-        self.warnings.__exit__(*exc)
-        now = _ENV_DATA if _ENV_DATA is not None else os.environ
-        if now != self.env:  # put back through os.environ, so the process environment follows
-            decode = os.fsdecode if _ENV_DATA is not None else str
-            for key in [k for k in now if k not in self.env]:
-                del os.environ[decode(key)]
-            for key, value in self.env.items():
-                if now.get(key) != value:
-                    os.environ[decode(key)] = decode(value)
-        return False
 
 
 def _parse(argv: list[str]):
@@ -364,19 +274,6 @@ def _hisparse_config(server_args) -> None:
         st.restore(saved)
 
 
-def _where(exc: BaseException) -> str | None:
-    """The innermost frame inside the sglang package: "srt/arg_groups/x.py:LINE function"."""
-    prefix = _STATE.package_dir
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_filename.startswith(prefix):
-            found = f"{code.co_filename[len(prefix):]}:{tb.tb_lineno} {code.co_name}"
-        tb = tb.tb_next
-    return found
-
-
 def run_case(case: Case) -> Result:
     """Run one case; never raises for what SGLang does with it (a bad architecture or platform
     is a ValueError: the case cannot be run at all)."""
@@ -389,7 +286,7 @@ def run_case(case: Case) -> Result:
     server_args = None
     stage = "parser"
     error = None
-    with _Isolated() as iso, faked_gpu(case.platform, case.capability):
+    with startup.Isolated(st.capture) as iso, faked_gpu(case.platform, case.capability):
         try:
             server_args = _parse(argv)
             stage = "resolve"
@@ -406,11 +303,4 @@ def run_case(case: Case) -> Result:
         if server_args is not None:
             kv, prefill, decode = (st.resolution_result(server_args, f) for f in
                                    ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend"))
-    log = tuple(iso.lines)
-    if error is None:
-        return Result(ok=True, message=None, kv_cache_dtype=kv, backends=(prefill, decode),
-                      log=log, stage="done")
-    parser_error = isinstance(error, _ParserExit)
-    return Result(ok=False, message=str(error), kv_cache_dtype=kv, backends=(prefill, decode),
-                  log=log, stage=stage, where=_where(error),
-                  error_type="SystemExit" if parser_error else type(error).__name__)
+    return startup.result(error, stage, kv, (prefill, decode), iso.lines, st.package_dir)

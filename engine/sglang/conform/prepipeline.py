@@ -48,22 +48,13 @@ it, and SGLang's own macOS stand-in breaks torch.compile's decorators at import)
 """
 from __future__ import annotations
 
-import argparse
-import atexit
-import contextlib
-import hashlib
-import importlib.metadata
-import json
-import logging
-import os
-import shutil
-import sys
-import tempfile
-import traceback
+import importlib
 import warnings
 
+from engine.sglang.conform import startup, torchvision_stub
 from engine.sglang.conform.machine import PatchedHelpers
-from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.conform.model_folders import ModelFolders
+from engine.sglang.conform.protocol import Case, Result
 
 
 class Names:
@@ -86,145 +77,9 @@ DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
             ("_set_default_dsa_kv_cache_dtype", "_set_default_dsa_backends"),
             ("apply_hisparse_dsa_backend_defaults", "print_deprecated_warning"))
 
+# the architectures of the shipped versions' cases: their model folders are written at load,
+# before the workers fork
 ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
-# DeepSeek-V3.2's indexer fields (config.json of deepseek-ai/DeepSeek-V3.2-Exp)
-_V32_FIELDS = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
-
-
-class ParserError(SystemExit):
-    """argparse's error, caught at `parser.error` (which would print usage and exit 2)."""
-
-    def __init__(self, message: str):
-        super().__init__(2)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def release_parser(server_args_class) -> argparse.ArgumentParser:
-    """The release's own `sglang serve` parser (ServerArgs.add_cli_args), raising ParserError
-    where argparse would print usage and exit."""
-    parser = argparse.ArgumentParser(prog="sglang serve")
-    server_args_class.add_cli_args(parser)
-
-    def error(message):
-        raise ParserError(message)
-
-    parser.error = error
-    return parser
-
-
-# -- import-time stand-ins -----------------------------------------------------------------------
-class _NoImageProcessors:
-    """Stands in for transformers' AutoImageProcessor, unavailable without torchvision."""
-
-    @staticmethod
-    def register(*args, **kwargs):
-        return None
-
-
-def _install_stand_ins() -> None:
-    # transformers decides torchvision is absent before the shared stub exists; importing
-    # processing_utils first matters: it replaces sys.modules["transformers"] once in 5.6.0
-    import transformers.processing_utils  # noqa: F401
-    from engine.sglang.conform import torchvision_stub
-
-    if torchvision_stub.install():
-        sys.modules["transformers"].AutoImageProcessor = _NoImageProcessors
-
-
-# -- model folders -------------------------------------------------------------------------------
-class ModelDirs:
-    """Local model folders holding only a config.json written by transformers' config classes.
-
-    Forked workers share the root: a folder is named by what it holds and written by rename, so
-    two workers writing the same model write the same bytes to the same place. The root goes when
-    the process that made it exits."""
-
-    def __init__(self):
-        self.root = tempfile.mkdtemp(prefix="hisparse-conform-models-")
-        self.dirs: dict = {}
-        owner = os.getpid()
-        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(self.root, True))
-
-    def get(self, architecture: str, extra: tuple = ()) -> str:
-        key = json.dumps([architecture, list(extra)], sort_keys=True, default=repr)
-        if key not in self.dirs:
-            path = os.path.join(self.root, hashlib.sha256(key.encode()).hexdigest()[:16])
-            if not os.path.exists(os.path.join(path, "config.json")):
-                config = model_config(architecture)
-                config.update(dict(extra))
-                os.makedirs(path, exist_ok=True)
-                part = os.path.join(path, f"config.json.{os.getpid()}")
-                with open(part, "w") as f:
-                    json.dump(config, f, indent=1, sort_keys=True)
-                os.replace(part, os.path.join(path, "config.json"))
-            self.dirs[key] = path
-        return self.dirs[key]
-
-
-def model_config(architecture: str) -> dict:
-    """config.json content for one architecture, from transformers' own config class.
-
-    DeepseekV32ForCausalLM: transformers 5.6.0 has no DeepSeek-V3.2 config class, so DeepseekV3Config
-    with model_type deepseek_v32 and the indexer fields, as DeepSeek-V3.2's own config.json; no
-    `layer_types` (5.6.0 refuses it). SGLang itself re-reads such a folder as deepseek_v3
-    (`_load_deepseek_v32_model`)."""
-    import transformers
-
-    if architecture in ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM"):
-        config = transformers.DeepseekV3Config().to_dict()
-    elif architecture == "GlmMoeDsaForCausalLM" and hasattr(transformers, "GlmMoeDsaConfig"):
-        config = transformers.GlmMoeDsaConfig().to_dict()
-    else:
-        raise ValueError(f"unknown architecture {architecture!r}: this driver writes models for "
-                         + ", ".join(ARCHITECTURES))
-    for key in ("transformers_version", "layer_types"):
-        config.pop(key, None)
-    config["architectures"] = [architecture]
-    if architecture == "DeepseekV32ForCausalLM":
-        config["model_type"] = "deepseek_v32"
-        config.update(_V32_FIELDS)
-    return config
-
-
-# -- log lines -----------------------------------------------------------------------------------
-class _Collect(logging.Handler):
-    def __init__(self, functions: frozenset):
-        super().__init__(logging.DEBUG)
-        self.functions = functions
-        self.lines: list = []
-
-    def emit(self, record):
-        if is_routing_record(record, self.functions):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _collect_logs(functions: frozenset):
-    logger = logging.getLogger("sglang")
-    handler = _Collect(functions)
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)  # the records still reach the handler; nothing prints
-    logger.propagate = False
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-
-
-def where_raised(exc: BaseException, root: str) -> str | None:
-    """The innermost frame inside the sglang package: "srt/file.py:LINE function"."""
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(root + os.sep):
-            found = f"{os.path.relpath(path, root).replace(os.sep, '/')}:{frame.lineno} {frame.name}"
-    return found
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -233,27 +88,33 @@ class Driver:
 
     `check_factory(server_args_module)` returns the release's HiSparse check, a callable on a
     ServerArgs; `lazy` names the modules the DSA branch and the check import inside functions;
-    `names` what the release calls the routing's fields and functions."""
+    `names` what the release calls the routing's fields and functions; `warm_up` the architectures
+    whose warm-up cases (startup.WARM_UP) run at load. A later release's driver overrides `begin`,
+    `checks` and `read` (transitional.py)."""
 
-    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA):
+    def __init__(self, versions, check_factory, lazy: tuple, names: Names = NSA, warm_up: tuple = ()):
         self.versions = (versions,) if isinstance(versions, str) else tuple(versions)
         self.version = self.versions[0]  # the installed one, once imported
         self.check_factory = check_factory
         self.lazy = lazy
         self.names = names
+        self.warm_up = warm_up
         self.ready = False
 
     def import_sglang(self):
         """Import the release (with the stand-ins); its server_args module. Raises RuntimeError
         when another release (or none) is installed, and what the import raised."""
-        installed = installed_version()
+        installed = startup.installed_release()
         if installed not in self.versions:
             raise RuntimeError(f"this driver runs SGLang {' or '.join(self.versions)}; the installed "
                                f"SGLang is {installed or 'absent'}")
         self.version = installed
         with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
             warnings.simplefilter("ignore")
-            _install_stand_ins()
+            import torch  # noqa: F401  (before transformers decides what is installed)
+            import transformers  # noqa: F401
+
+            torchvision_stub.install()
             import sglang.srt.server_args as server_args
 
             for name in self.lazy:
@@ -271,61 +132,51 @@ class Driver:
             raise RuntimeError(f"SGLang {self.version}'s ServerArgs has no {', '.join(missing)}: renamed in "
                                "this release; this driver cannot read its routing")
         self.sa_module = server_args
-        self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        self.parser = release_parser(server_args.ServerArgs)
-        self.check = self.check_factory(server_args)
-        self.models = ModelDirs()
+        self.package_dir = startup.package_dir()
+        self.parser = startup.release_parser(server_args.ServerArgs)
+        self.capture = startup.LogCapture(self.names.log_functions)
+        self.check = self.check_factory(server_args) if self.check_factory else None
+        self.models = ModelFolders()
         for architecture in ARCHITECTURES:
-            self.models.get(architecture)
+            self.models.path(architecture)
         self.platform = PatchedHelpers()
         self.ready = True
+        startup.warm_up(self.run_case, self.warm_up)
+
+    def begin(self, sa) -> None:
+        """What `__post_init__` does first that the routing reads: nothing before 0.5.15."""
+
+    def checks(self, sa):
+        """The steps after the routing, in order, as (stage, step)."""
+        yield "check", lambda: self.check(sa)
+
+    def read(self, sa):
+        """(kv_cache_dtype, (prefill, decode)) as the release resolved them. The fields were
+        checked at load: a rename is an error there, never a None here."""
+        return sa.kv_cache_dtype, tuple(getattr(sa, f) for f in self.names.fields)
 
     def run_case(self, case: Case) -> Result:
         """What the release does with `case`. A case this driver cannot set up (an architecture
         it has no model for, a platform other than cuda/hip) raises ValueError."""
-        if case.platform not in ("cuda", "hip"):
-            raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
+        startup.check_platform(case)
         self.load()
-        ServerArgs = self.sa_module.ServerArgs
-        model = self.models.get(case.architecture, tuple(case.model_extra))
-        state = {"stage": "parser", "sa": None}
-
-        def result(ok, exc=None) -> Result:
-            sa = state["sa"]
-            kv = None if sa is None else sa.kv_cache_dtype
-            # fields checked at load: a rename is an error there, never a None here
-            backends = (None, None) if sa is None else tuple(getattr(sa, f) for f in self.names.fields)
-            return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
-                          backends=backends, log=tuple(lines), stage=state["stage"],
-                          where=None if exc is None else where_raised(exc, self.root),
-                          error_type=None if exc is None else "SystemExit" if isinstance(
-                              exc, ParserError) else type(exc).__name__,
-                          extra={"sglang": self.version})
-
-        with _collect_logs(self.names.log_functions) as lines:
+        model = self.models.path(case.architecture, case.model_extra)
+        sa, stage, error = None, "parser", None
+        with startup.Isolated(self.capture) as iso:
             try:
                 namespace = self.parser.parse_args(list(case.argv) + ["--model-path", model])
-                state["stage"] = "resolve"
-                post_init = ServerArgs.__post_init__
-                ServerArgs.__post_init__ = lambda self: None
-                try:
-                    sa = ServerArgs.from_cli_args(namespace)
-                finally:
-                    ServerArgs.__post_init__ = post_init
-                if callable(getattr(sa, "_parse_cuda_graph_config", None)):
-                    sa._parse_cuda_graph_config()
-                sa._quantization_explicitly_unset = sa.quantization == "unquant"
-                if sa.quantization == "unquant":
-                    sa.quantization = None
-                state["sa"] = sa
+                stage = "resolve"
+                sa = startup.without_post_init(self.sa_module.ServerArgs, namespace)
+                self.begin(sa)
                 with self.platform.case(case.platform, tuple(case.capability)):
                     sa._handle_model_specific_adjustments()
-                    state["stage"] = "check"
-                    self.check(sa)
-                state["stage"] = "done"
-                return result(True)
+                    for stage, step in self.checks(sa):
+                        step()
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
-                return result(False, exc)
+                error = exc
+            kv, backends = (None, (None, None)) if sa is None else self.read(sa)
+        return startup.result(error, stage, kv, backends, iso.lines, self.package_dir,
+                              {"sglang": self.version})
 
 
 def renamed(server_args_class, names: Names) -> list[str]:
@@ -336,10 +187,3 @@ def renamed(server_args_class, names: Names) -> list[str]:
         server_args_class) else set(getattr(server_args_class, "__annotations__", {}))
     return ([f"field {f}" for f in names.fields if f not in fields]
             + [f"method {m}" for m in names.methods if not callable(getattr(server_args_class, m, None))])
-
-
-def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None

@@ -1,20 +1,23 @@
 """Run many cases through a driver on forked workers.
 
-The parent loads the driver once (SGLang's import and warm-up, 5-8 s), then forks the workers,
-which inherit the imports and the case list; only case indices and Results cross the pipes.
-Results come back in input order. Ctrl-C stops the workers and re-raises KeyboardInterrupt; a
-worker that dies raises WorkerCrashed naming the case it was running; a driver that raises
-(instead of returning a Result) raises DriverError naming the case."""
+The parent loads the driver once (SGLang's import and warm-up, 5-8 s), then starts a process pool
+(concurrent.futures, fork context) whose workers inherit the imports and the case list; only
+ranges of case indices and Results cross the pipes. Results come back in input order. Ctrl-C
+stops the workers and re-raises KeyboardInterrupt; a worker that dies raises WorkerCrashed naming
+the case it was running; a driver that raises (instead of returning a Result) raises DriverError
+naming the case; a case that runs past the timeout raises CaseTimedOut naming it."""
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
-import multiprocessing.connection
+import os
 import signal
 import threading
 import time
 import traceback
-from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from engine.errors import EngineError
 from engine.sglang.conform.drivers import resolve
@@ -40,7 +43,8 @@ class WorkerCrashed(EngineError, RuntimeError):
                 how = f"killed by signal {-exitcode}"
         else:
             how = f"exit code {exitcode}"
-        super().__init__(f"conform worker died ({how}) on case {index}: {describe(case)}")
+        what = "between cases" if case is None else f"on case {index}: {describe(case)}"
+        super().__init__(f"conform worker died ({how}) {what}")
 
 
 class DriverError(EngineError, RuntimeError):
@@ -75,20 +79,6 @@ def _run_one(driver, index, case):
     except BaseException as exc:  # sent back as text: the exception may not pickle
         tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
         return False, f"{type(exc).__name__}: {exc}\n{''.join(tail)}"
-
-
-def _worker(driver, cases, conn) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    try:
-        while True:
-            chunk = conn.recv()
-            if chunk is None:
-                return
-            for index in chunk:
-                ok, value = _run_one(driver, index, cases[index])
-                conn.send((index, ok, value))
-    except (EOFError, BrokenPipeError):
-        return  # the parent went away
 
 
 def _chunk_size(n: int, workers: int) -> int:
@@ -152,105 +142,155 @@ def _run_timed(driver, index, case, seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
+class _Slots:
+    """What each worker is running, in shared memory the workers inherit: per worker its pid, the
+    index of its case (-1 between cases) and when that case started (time.monotonic, one clock for
+    every process of the machine). The parent reads it to name the case of a crash or a hang."""
+
+    def __init__(self, ctx, workers: int):
+        self.array = ctx.Array("d", 3 * workers)  # with a lock: index and start are read together
+        self.next = ctx.Value("i", 0)
+        for slot in range(workers):
+            self.array[3 * slot + 1] = -1
+
+    def take(self) -> int:
+        """A worker's slot, taken once when it starts."""
+        with self.next.get_lock():
+            slot, self.next.value = self.next.value, self.next.value + 1
+        self.array[3 * slot] = os.getpid()
+        return slot
+
+    def mark(self, slot: int, index: int) -> None:
+        with self.array.get_lock():
+            self.array[3 * slot + 1:3 * slot + 3] = [index, time.monotonic()]
+
+    def running(self) -> list:
+        """(pid, case index, seconds it has run) of each worker running a case."""
+        lock = self.array.get_lock()
+        locked = lock.acquire(timeout=1.0)  # a worker killed while holding it never lets go
+        try:
+            values = self.array.get_obj()[:]
+        finally:
+            if locked:
+                lock.release()
+        now = time.monotonic()
+        return [(int(values[i]), int(values[i + 1]), now - values[i + 2])
+                for i in range(0, len(values), 3) if values[i + 1] >= 0]
+
+    def case_of(self, pid: int) -> int | None:
+        for running_pid, index, _ in self.running():
+            if running_pid == pid:
+                return index
+        return None
+
+
+_WORK = None  # in a worker: (driver, cases, slots, its slot)
+
+
+def _start_worker(driver, cases, slots) -> None:
+    global _WORK
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    _WORK = (driver, cases, slots, slots.take())
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker once its parent is gone (killed, so it could not stop us): the pool's
+    queue never closes while another worker holds it, so a worker would wait on it forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)  # at once: no exit handler of the parent's runs here
+
+
+def _run_chunk(start: int, stop: int) -> list:
+    """Run cases start..stop-1 on this worker: (index, ok, Result or error text) for each, up to
+    the first the driver raised on."""
+    driver, cases, slots, slot = _WORK
+    out = []
+    for index in range(start, stop):
+        slots.mark(slot, index)
+        ok, value = _run_one(driver, index, cases[index])
+        out.append((index, ok, value))
+        if not ok:
+            break
+    slots.mark(slot, -1)
+    return out
+
+
 def _run_forked(driver, cases, workers, bar, case_timeout=None):
+    """The cases on a pool of `workers` forked processes (concurrent.futures), in chunks; at most
+    two chunks a worker are queued, so the parent holds only the results and a few chunks."""
     ctx = multiprocessing.get_context("fork")
+    slots = _Slots(ctx, workers)
+    size = _chunk_size(len(cases), workers)
+    chunks = iter(range(0, len(cases), size))
+    results = [None] * len(cases)
+    done = 0
+    before = set(multiprocessing.active_children())
     # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
     # a worker's garbage collector never walks them, which would copy every page they live on
     gc.freeze()
-    size = _chunk_size(len(cases), workers)
-    todo = deque(range(i, min(i + size, len(cases))) for i in range(0, len(cases), size))
-    results = [None] * len(cases)
-    done = 0
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
+                               initargs=(driver, cases, slots))
     procs = []
     try:
-        for _ in range(workers):
-            parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(driver, cases, child_end), daemon=True)
-            proc.start()
-            child_end.close()
-            procs.append({"proc": proc, "conn": parent_end, "pending": deque(), "since": None})
-        for _ in range(2):  # two chunks in flight per worker, so it never waits for the next one
-            for state in procs:
-                _send_next(state, todo)
-        live = []
-        for state in procs:
-            if state["pending"]:
-                live.append(state)
-            else:  # more workers than chunks
-                _stop(state)
-        while live:
-            now = time.monotonic()
-            for state in live:  # the clock of a worker's current case starts when it is handed one
-                if state["pending"] and state["since"] is None:
-                    state["since"] = now
-            wait = None
-            if case_timeout:
-                late = max(((now - s["since"], s) for s in live if s["pending"]), key=lambda x: x[0],
-                           default=(0.0, None))
-                if late[0] > case_timeout:  # its case hung: stopping it is the finally's
-                    first = late[1]["pending"][0]
-                    raise CaseTimedOut(first, cases[first], case_timeout)
-                wait = case_timeout - late[0]
-            ready = multiprocessing.connection.wait(
-                [s["conn"] for s in live] + [s["proc"].sentinel for s in live], wait)
-            for state in list(live):
-                conn, proc = state["conn"], state["proc"]
-                if conn not in ready and proc.sentinel not in ready:
-                    continue
-                gone = False
+        pending = set()
+        for start in itertools.islice(chunks, 2 * workers):
+            pending.add(pool.submit(_run_chunk, start, min(start + size, len(cases))))
+            if not procs:  # a fork pool starts all its workers at the first submit
+                procs = [p for p in multiprocessing.active_children() if p not in before]
+        while pending:
+            finished, pending = wait(pending, _next_deadline(slots, case_timeout), FIRST_COMPLETED)
+            for future in finished:
                 try:
-                    while conn.poll():
-                        index, ok, value = conn.recv()
-                        if not ok:
-                            raise DriverError(index, cases[index], value)
-                        results[index] = value
-                        done += 1
-                        state["pending"].remove(index)
-                        state["since"] = None  # its next case starts now
-                except (EOFError, OSError):  # the worker's end closed: it died
-                    gone = True
-                if bar:
-                    bar(done)
-                if not state["pending"]:
-                    if not _send_next(state, todo):
-                        live.remove(state)
-                        _stop(state)
-                    continue
-                if gone or proc.sentinel in ready or not proc.is_alive():
-                    proc.join(5)
-                    first = state["pending"][0]
-                    raise WorkerCrashed(first, cases[first], proc.exitcode)
-                if len(state["pending"]) <= size:
-                    _send_next(state, todo)
+                    chunk = future.result()
+                except BrokenProcessPool:
+                    raise _crash(slots, procs, cases) from None
+                for index, ok, value in chunk:
+                    if not ok:
+                        raise DriverError(index, cases[index], value)
+                    results[index] = value
+                done += len(chunk)
+                start = next(chunks, None)
+                if start is not None:
+                    pending.add(pool.submit(_run_chunk, start, min(start + size, len(cases))))
+            if bar:
+                bar(done)
+            _check_timeout(slots, cases, case_timeout)
         return results
     finally:
-        for state in procs:
-            if state["proc"].is_alive():
-                state["proc"].terminate()
-        for state in procs:
-            state["proc"].join(5)
-            if state["proc"].is_alive():
-                state["proc"].kill()
-                state["proc"].join(5)
-            state["conn"].close()
+        if done < len(cases):  # stopped early: a running case may never end by itself
+            for proc in procs:
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
         gc.unfreeze()
 
 
-def _send_next(state, todo) -> bool:
-    """Give the worker the next chunk; False when there is none (and it holds none)."""
-    if todo:
-        chunk = todo.popleft()
-        state["pending"].extend(chunk)
-        try:
-            state["conn"].send(list(chunk))
-        except (BrokenPipeError, OSError):
-            pass  # it died: the crash is reported from its sentinel
-        return True
-    return bool(state["pending"])
+def _next_deadline(slots, case_timeout):
+    """Seconds until the longest-running case reaches the timeout (None: no timeout)."""
+    if not case_timeout:
+        return None
+    longest = max((seconds for _, _, seconds in slots.running()), default=0.0)
+    return max(0.0, case_timeout - longest) + 0.01
 
 
-def _stop(state) -> None:
-    try:
-        state["conn"].send(None)
-    except (BrokenPipeError, OSError):
-        pass
+def _check_timeout(slots, cases, case_timeout) -> None:
+    if not case_timeout:
+        return
+    for _, index, seconds in slots.running():
+        if seconds > case_timeout:  # its case hung: stopping the worker is the caller's finally
+            raise CaseTimedOut(index, cases[index], case_timeout)
+
+
+def _crash(slots, procs, cases) -> WorkerCrashed:
+    """The worker that died, and its case. The pool stops the other workers (SIGTERM) once one
+    dies: the one that died first is the one that did not die of that, if any."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(p.exitcode is not None for p in procs):
+        time.sleep(0.01)  # the pool saw the death before this process reaped it
+    dead = [p for p in procs if p.exitcode is not None]
+    dead.sort(key=lambda p: p.exitcode == -signal.SIGTERM)
+    proc = dead[0] if dead else None
+    index = slots.case_of(proc.pid) if proc else None
+    return WorkerCrashed(index, None if index is None else cases[index],
+                         proc.exitcode if proc else None)

@@ -21,23 +21,16 @@ What runs, per case, all of it the installed release's code:
    start (`--hisparse-config`'s top_k, device_buffer_size and swap_in_block_size checks).
 `kv_cache_dtype` and the backends are read through `resolved_view`, also after a raise.
 
-The GPU is told through `machine.PatchedHelpers` (the releases have no platform context), the
-model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-ins every driver
-shares."""
+The steps are the pre-pipeline driver's (`prepipeline.Driver`) with these releases' additions
+(`Transitional`). The GPU is told through `machine.PatchedHelpers` (the releases have no platform
+context), the model is a `model_folders` folder, torchvision is `torchvision_stub`: the stand-ins
+every driver shares."""
 from __future__ import annotations
 
-import contextlib
-import importlib
-import logging
-import os
-import sys
-import warnings
-
-from engine.sglang.conform.prepipeline import ParserError, installed_version, release_parser, where_raised
-from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.conform.prepipeline import Driver, Names
 
 VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
-VERSION = VERSIONS[-1]  # the newest release this driver runs; `version()` is the installed one
+VERSION = VERSIONS[-1]  # the newest release this driver runs
 
 # the functions whose WARNING records are the routing log: the deprecated-alias notice of the
 # parser (srt/arg_groups/argparse_actions.py), the DSA passes and the HiSparse checks
@@ -63,160 +56,42 @@ LAZY = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.overrides",
         "sglang.srt.mem_cache.sparsity.factory")
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list = []
+class Transitional(Driver):
+    """The pre-pipeline driver's steps, with what these releases add: the declaration stash, the
+    HiSparse pass and --hisparse-config parse as the checks, the values read through
+    `resolved_view`."""
 
-    def emit(self, record):
-        if is_routing_record(record, ROUTING_FUNCTIONS):
-            self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _collect_logs():
-    """The case's routing log lines; the "sglang" logger prints nothing meanwhile."""
-    logger = logging.getLogger("sglang")
-    handler = _Collect()
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-
-
-class _Release:
-    """The installed release, imported and prepared once per process (forked workers share it)."""
-
-    def __init__(self):
-        import torch  # noqa: F401  (before transformers decides what is installed)
-        import transformers  # noqa: F401
-
-        import engine.sglang.conform.torchvision_stub as torchvision_stub
-        from engine.sglang.conform.machine import PatchedHelpers
-        from engine.sglang.conform.model_folders import ModelFolders
-
-        self.version = installed_version()
-        if self.version not in VERSIONS:
-            raise RuntimeError(f"this driver runs SGLang {', '.join(VERSIONS)}; the installed SGLang "
-                               f"is {self.version or 'absent'}")
-        with warnings.catch_warnings():  # "only CUDA supports ..." from a CPU machine at import
-            warnings.simplefilter("ignore")
-            self.torchvision_stubbed = torchvision_stub.install()
-            import sglang.srt.server_args as server_args
-
-            for name in LAZY:
-                importlib.import_module(name)
+    def import_sglang(self):
+        server_args = super().import_sglang()
         from sglang.srt.arg_groups import overrides
         from sglang.srt.mem_cache.sparsity.factory import parse_hisparse_config
 
-        self.ServerArgs = server_args.ServerArgs
         self.resolved_view = overrides.resolved_view
         self.run_pass = overrides.run_post_process_pass
         self.hisparse_validation = overrides._hisparse_validation
         self.parse_hisparse_config = parse_hisparse_config
-        self.root = os.path.abspath(os.path.dirname(sys.modules["sglang"].__file__))
-        self.parser = release_parser(self.ServerArgs)
-        self.models = ModelFolders()
-        self.platform = PatchedHelpers()
+        return server_args
+
+    def begin(self, sa) -> None:
+        sa._resolved_overrides = []  # the first statement of __post_init__
+
+    def checks(self, sa):
+        yield "check", lambda: self.run_pass(sa, self.hisparse_validation)
+        if sa.enable_hisparse:
+            yield "hisparse_config", lambda: self.parse_hisparse_config(sa)
+
+    def read(self, sa):
+        view = self.resolved_view(sa)
+        return view.kv_cache_dtype, (view.dsa_prefill_backend, view.dsa_decode_backend)
 
 
-_RELEASE: _Release | None = None
-
-
-def import_sglang() -> None:
-    """Import the installed release with the stand-ins. Raises RuntimeError when it is not one
-    this driver runs, and what SGLang's import raised."""
-    global _RELEASE
-    if _RELEASE is None:
-        _RELEASE = _Release()
-
-
-def version() -> str:
-    """The installed release this driver runs (imports it)."""
-    import_sglang()
-    return _RELEASE.version
-
-
-# cases run at load time for each architecture, so that the imports SGLang makes inside
-# functions (the HiSparse path, ROCm, Blackwell) happen once, before the workers fork
-_WARM_UP = (
-    (("--enable-hisparse", "--disable-radix-cache", "--kv-cache-dtype", "fp8_e4m3"), "cuda", (9, 0)),
-    ((), "cuda", (10, 0)),
-    ((), "hip", (9, 4)),
-)
+# the passes route; their functions (ROUTING_FUNCTIONS), not the ServerArgs methods, log
+NAMES = Names(("dsa_prefill_backend", "dsa_decode_backend"), (), tuple(sorted(ROUTING_FUNCTIONS)))
 WARM_UP_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM")
+_driver = Transitional(VERSIONS, None, LAZY, NAMES, warm_up=WARM_UP_ARCHITECTURES)
 
 
-def load() -> None:
-    """Import, build the parser, run the warm-up cases: once per process. Idempotent."""
-    import_sglang()
-    if getattr(_RELEASE, "warm", False):
-        return
-    for architecture in WARM_UP_ARCHITECTURES:
-        for argv, platform, capability in _WARM_UP:
-            run_case(Case(argv, architecture, platform, capability))
-    _RELEASE.warm = True
-
-
-def run_case(case: Case) -> Result:
-    """What the installed release does with `case`. A case that cannot be set up (an architecture
-    without a model folder, a platform other than cuda/hip) raises ValueError."""
-    if case.platform not in ("cuda", "hip"):
-        raise ValueError(f"platform {case.platform!r}: this driver runs cuda or hip")
-    import_sglang()
-    rel = _RELEASE
-    model = rel.models.path(case.architecture, case.model_extra)
-    state = {"stage": "parser", "sa": None}
-
-    def result(ok, exc=None) -> Result:
-        sa = state["sa"]
-        kv = prefill = decode = None
-        if sa is not None:
-            view = rel.resolved_view(sa)
-            kv, prefill, decode = view.kv_cache_dtype, view.dsa_prefill_backend, view.dsa_decode_backend
-        return Result(ok=ok, message=None if exc is None else str(exc), kv_cache_dtype=kv,
-                      backends=(prefill, decode), log=tuple(lines), stage=state["stage"],
-                      where=None if exc is None else where_raised(exc, rel.root),
-                      error_type=None if exc is None else "SystemExit" if isinstance(
-                          exc, ParserError) else type(exc).__name__,
-                      extra={"sglang": rel.version})
-
-    ServerArgs = rel.ServerArgs
-    with _collect_logs() as lines, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            namespace = rel.parser.parse_args(list(case.argv) + ["--model-path", model])
-            state["stage"] = "resolve"
-            post_init = ServerArgs.__post_init__
-            ServerArgs.__post_init__ = lambda self: None
-            try:
-                sa = ServerArgs.from_cli_args(namespace)
-            finally:
-                ServerArgs.__post_init__ = post_init
-            sa._resolved_overrides = []  # the first statement of __post_init__
-            # __post_init__'s --quantization unquant (_handle_missing_default_values), read by the
-            # DSA passes
-            sa._quantization_explicitly_unset = sa.quantization == "unquant"
-            if sa.quantization == "unquant":
-                sa.quantization = None
-            # the CUDA graph config from its flags and defaults (__post_init__'s
-            # _handle_cuda_graph_config): the non-DSA DeepSeek branch reads its prefill backend
-            sa._parse_cuda_graph_config()
-            state["sa"] = sa
-            with rel.platform.case(case.platform, tuple(case.capability)):
-                sa._handle_model_specific_adjustments()
-                state["stage"] = "check"
-                rel.run_pass(sa, rel.hisparse_validation)
-                if sa.enable_hisparse:
-                    state["stage"] = "hisparse_config"
-                    rel.parse_hisparse_config(sa)
-            state["stage"] = "done"
-            return result(True)
-        except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
-            return result(False, exc)
+# the driver protocol (drivers.py): module functions bound to the driver
+import_sglang = _driver.import_sglang  # import the release with the stand-ins (raises what the import raised)
+load = _driver.load  # import it, build its parser, run the warm-up cases (once per process)
+run_case = _driver.run_case
