@@ -43,11 +43,14 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
                      f"evaluations; whole-domain lint (L401-L403) runs up to {max_work():,} "
                      "(HISPARSE_MAX_WORK raises it)")
         return problems, notes
-    problems += _domain_lint(policy)
-    if policy.capabilities:
-        found, gaps = _capability_lint(policy)
+    if policy.capabilities:  # one pass over the domain feeds both
+        consume, finish = _capability_scan(policy)
+        problems += _domain_lint(policy, consume)
+        found, gaps = finish()
         problems += found
         notes += gaps
+    else:
+        problems += _domain_lint(policy)
     return sorted(problems, key=lambda p: (p.line, p.col, p.code)), notes
 
 
@@ -131,7 +134,10 @@ def _deprecated_notices(policy) -> list[Problem]:
     return out
 
 
-def _domain_lint(policy) -> list[Problem]:
+def _domain_lint(policy, also=None) -> list[Problem]:
+    """L401-L403 from one counting pass over the domain. `also(chunk, configs)`: another consumer
+    of every chunk of results with its configs, in domain order (then the whole domain is
+    scanned; without it, the part where no phase is unset only while the counts need it)."""
     import itertools
 
     import engine.analysis.domain as domain
@@ -150,7 +156,7 @@ def _domain_lint(policy) -> list[Problem]:
     # adds to the counts, so it is scanned only if they still leave a rule unseen or a default
     # held but never chosen. (Phase inputs are the last inputs: see build.Parts.)
     k = len(policy.phases)
-    if k and names[-k:] == tuple(spec.input for spec in policy.phases.values()):
+    if k and also is None and names[-k:] == tuple(spec.input for spec in policy.phases.values()):
         tails = list(itertools.product(*domains[-k:]))
         first = [t for t in tails if None in t]
         rest = [t for t in tails if None not in t]
@@ -173,7 +179,10 @@ def _domain_lint(policy) -> list[Problem]:
                 continue
             configs, again = itertools.tee(configs)
             for chunk in domain.results(policy, configs, held, chosen):
-                for (_, sources, _, viol, _), combo in zip(chunk, again):  # the chunk first: zip stops there
+                combos = list(itertools.islice(again, len(chunk)))
+                if also is not None:
+                    also(chunk, combos)
+                for (_, sources, _, viol, _), combo in zip(chunk, combos):
                     for index, phase, message in viol:
                         if phase is not None:
                             src = sources[phase_index[phase]]
@@ -241,13 +250,13 @@ def _winners(policy, shadowed) -> dict:
 
 
 
-def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
-    """L406 over the whole domain: every accepted config in scope whose phase backend was put
-    there by a default (or resolve) rule, or admitted by a per-phase allow-list check, must be
-    one that backend's capabilities cover. One problem per (rule, phase, backend), with the first
-    counterexample in domain order; known gaps are counted into notes."""
-    import itertools
-
+def _capability_scan(policy):
+    """(consume, finish) for L407 over the whole domain: consume(chunk, configs) reads each chunk
+    of counting results with its configs, in domain order; finish() gives (problems, notes). Every
+    accepted config in scope whose phase backend was put there by a default (or resolve) rule, or
+    admitted by a per-phase allow-list check, must be one that backend's capabilities cover. One
+    problem per (rule, phase, backend), with the first counterexample in domain order; known gaps
+    are counted into notes."""
     import engine.analysis.domain as domain
 
     caps = policy.capabilities
@@ -268,47 +277,53 @@ def _capability_lint(policy) -> tuple[list[Problem], list[str]]:
     admitted: dict = {}  # (phase, backend, the values the allow-lists read) -> the admitting check or None
     found: dict = {}  # (rule name, phase, backend) -> (config as given, resolved config, rule)
     gaps: dict = {}  # (backend, phase, gap text) -> count
-    domains = [policy.inputs[n].domain() for n in names]
-    configs = itertools.product(*domains)
-    configs, again = itertools.tee(configs)
-    with domain.no_gc():
-        for chunk in domain.results(policy, configs, [0] * len(policy.rule_list), [0] * len(policy.rule_list)):
-            for (values, sources, _, viol, scope), combo in zip(chunk, again):
-                if viol or scope is not None:
+
+    def consume(chunk, combos) -> None:
+        for (values, sources, _, viol, scope), combo in zip(chunk, combos):
+            if viol or scope is not None:
+                continue
+            for i, phase, slot in slots:
+                backend = values[slot]
+                cap = caps.get(backend)
+                if cap is None:
                     continue
-                for i, phase, slot in slots:
-                    backend = values[slot]
-                    cap = caps.get(backend)
-                    if cap is None:
+                vkey = (backend, phase, picks[backend](values), sources)
+                verdict = verdicts.get(vkey, 0)
+                if verdict == 0:
+                    env = dict(zip(names, values))
+                    user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
+                    verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
+                        (cap.gap(phase, env, user_set) or "no")
+                if verdict is None:
+                    continue
+                src = sources[i]
+                if src == "user":
+                    akey = (phase, backend, tuple(values[k] for k in gate_idx))
+                    if akey not in admitted:
+                        admitted[akey] = _admitting_check(policy, gates, phase, backend, dict(zip(names, values)))
+                    rule = admitted[akey]
+                    if rule is None:
+                        continue  # no allow-list vouches for it: the user's own choice
+                else:
+                    rule = policy.rule(src) if src else None
+                    if rule is None:
                         continue
-                    vkey = (backend, phase, picks[backend](values), sources)
-                    verdict = verdicts.get(vkey, 0)
-                    if verdict == 0:
-                        env = dict(zip(names, values))
-                        user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
-                        verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
-                            (cap.gap(phase, env, user_set) or "no")
-                    if verdict is None:
-                        continue
-                    src = sources[i]
-                    if src == "user":
-                        akey = (phase, backend, tuple(values[k] for k in gate_idx))
-                        if akey not in admitted:
-                            admitted[akey] = _admitting_check(policy, gates, phase, backend, dict(zip(names, values)))
-                        rule = admitted[akey]
-                        if rule is None:
-                            continue  # no allow-list vouches for it: the user's own choice
-                    else:
-                        rule = policy.rule(src) if src else None
-                        if rule is None:
-                            continue
-                    if verdict != "no":
-                        gkey = (backend, phase, verdict.text)
-                        gaps[gkey] = gaps.get(gkey, 0) + 1
-                        continue
-                    fkey = (rule.name, phase, backend)
-                    if fkey not in found:  # the config as given: phases a default fills are unset
-                        found[fkey] = (dict(zip(names, combo)), dict(zip(names, values)), rule)
+                if verdict != "no":
+                    gkey = (backend, phase, verdict.text)
+                    gaps[gkey] = gaps.get(gkey, 0) + 1
+                    continue
+                fkey = (rule.name, phase, backend)
+                if fkey not in found:  # the config as given: phases a default fills are unset
+                    found[fkey] = (dict(zip(names, combo)), dict(zip(names, values)), rule)
+
+    def finish() -> tuple[list[Problem], list[str]]:
+        return _capability_problems(policy, found, gaps)
+
+    return consume, finish
+
+
+def _capability_problems(policy, found: dict, gaps: dict) -> tuple[list[Problem], list[str]]:
+    caps = policy.capabilities
     out = []
     for (name, phase, backend), (config, env, rule) in found.items():
         cap = caps[backend]
