@@ -92,12 +92,14 @@ def _probe(env, *argv, **more) -> dict:
 @pytest.fixture(scope="module")
 def model(env, tmp_path_factory) -> str:
     """A DeepSeek-V3.2 folder holding a config.json the release's transformers reads."""
-    folder = tmp_path_factory.mktemp("model")
-    code = ("import json, sys; from engine.sglang.conform.prepipeline import model_config; "
-            "json.dump(model_config('DeepseekV32ForCausalLM'), open(sys.argv[1], 'w'))")
-    proc = _run(env, ["-c", code, str(folder / "config.json")], standin=False)
+    folder = tmp_path_factory.mktemp("models")
+    code = ("import sys; from engine.sglang.conform.model_folders import ModelFolders; "
+            "print('FOLDER', ModelFolders(sys.argv[1]).path('DeepseekV32ForCausalLM'))")
+    proc = _run(env, ["-c", code, str(folder)], standin=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(folder)
+    (path,) = [line[len("FOLDER "):] for line in proc.stdout.splitlines() if line.startswith("FOLDER ")]
+    assert os.path.isfile(os.path.join(path, "config.json")), path
+    return path
 
 
 @pytest.fixture(scope="module")
