@@ -436,20 +436,26 @@ def test_conform_reports_a_failed_launch_in_one_line(monkeypatch, capsys):
     assert "--case-timeout 0: from above 0 to 86400 seconds" in capsys.readouterr().err
 
 
-def test_ctrl_c_stops_the_workers(tmp_path):
-    script = textwrap.dedent(f"""
+def _slow_run(folder, cases: int, progress: str) -> str:
+    """A script running `cases` slow launches on 2 workers, each worker leaving a file named by
+    its pid in `folder`; `progress`: the run_cases keyword for the progress stream."""
+    return textwrap.dedent(f"""
         import os, sys, time, types
         from engine.sglang.conform import runner
         from engine.sglang.conform.protocol import Case, Result
         def slow(c):
-            with open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "w"):
+            with open(os.path.join({str(folder)!r}, str(os.getpid())), "w"):
                 pass
             time.sleep(0.05)
             return Result(True, None, None, (None, None), (), "done")
         drv = types.SimpleNamespace(load=lambda: None, run_case=slow)
-        cases = [Case(("--n=%d" % i,), "A", "cuda", (9, 0)) for i in range(2000)]
-        runner.run_cases(drv, cases, workers=2, progress=sys.stdout)
+        cases = [Case(("--n=%d" % i,), "A", "cuda", (9, 0)) for i in range({cases})]
+        runner.run_cases(drv, cases, workers=2{progress})
     """)
+
+
+def test_ctrl_c_stops_the_workers(tmp_path):
+    script = _slow_run(tmp_path, 2000, ", progress=sys.stdout")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     deadline = time.monotonic() + 60
@@ -466,19 +472,7 @@ def test_ctrl_c_stops_the_workers(tmp_path):
 
 def test_workers_end_when_the_parent_is_killed(tmp_path):
     """A parent killed outright (SIGKILL: no Ctrl-C handling, no cleanup) leaves no worker behind."""
-    script = textwrap.dedent(f"""
-        import os, time, types
-        from engine.sglang.conform import runner
-        from engine.sglang.conform.protocol import Case, Result
-        def slow(c):
-            with open(os.path.join({str(tmp_path)!r}, str(os.getpid())), "w"):
-                pass
-            time.sleep(0.05)
-            return Result(True, None, None, (None, None), (), "done")
-        drv = types.SimpleNamespace(load=lambda: None, run_case=slow)
-        cases = [Case(("--n=%d" % i,), "A", "cuda", (9, 0)) for i in range(4000)]
-        runner.run_cases(drv, cases, workers=2)
-    """)
+    script = _slow_run(tmp_path, 4000, "")
     proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=ROOT))
     deadline = time.monotonic() + 60
     while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
