@@ -22,11 +22,14 @@ Data structures
                  newest token (position ``seq_len - 1``), slots ``B+1 .. W-1`` pad the region to
                  whole pages so that the buffer views as FlashMLA's paged cache. Rows never
                  loaded are zero.
-``_slot_pos``    int64 ``[R, B]``: position held by each LRU slot, -1 if empty.
+``_slot_row``    int32 ``[R, B]``: flat host row ``r * S + p`` of the position held by each LRU
+                 slot, the sink index ``R * S`` (below) if empty: an eviction clears the
+                 occupant's ``_pos_slot`` entry with no arithmetic, an empty slot's lands on
+                 the sink.
 ``_pos_slot``    int16 (CPU, B < 2**15) or int32 ``[R * S + 1]``: the inverse map, flat index
                  ``r * S + p`` -> LRU slot holding that position, -1 if none; the last entry is
                  a sink that stays -1, so masked lookups and writes need no branches.
-                 ``_slot_pos`` and ``_pos_slot`` are always exact inverses on their resident
+                 ``_slot_row`` and ``_pos_slot`` are always exact inverses on their resident
                  entries: a hit test is one gather, an eviction two scatters.
 ``_lru``         int64 ``[R, B]``: each request's LRU slots ordered least- to most-recently used
                  (SGLang's ``lru_slots``), a strict total order; eviction takes from the front.
@@ -240,7 +243,8 @@ class HotBuffer:
         self._buffer = torch.zeros(
             (num_requests * rows_per_request, *row_shape), dtype=host_pool.dtype, device=dev
         )
-        self._slot_pos = torch.full((num_requests, buffer_size), -1, dtype=torch.int64, device=dev)
+        self._sink = num_requests * max_seq_len  # the trailing entry of _pos_slot, always -1
+        self._slot_row = torch.full((num_requests, buffer_size), self._sink, dtype=torch.int32, device=dev)
         # flat, index r * S + p, plus one trailing sink entry that always reads -1. On the CPU
         # int16 (as SGLang's lru_slots) when slot numbers fit: half the bytes of the largest
         # table, so its random gathers hit the cache more; elsewhere int32 (portable atomics).
@@ -274,6 +278,15 @@ class HotBuffer:
         self._scratch: dict = {}
         self._all_requests = torch.arange(num_requests, device=dev)
         self._lru_next = torch.empty_like(self._lru)  # a whole-batch step writes the new order here
+        # Constant [R * B] vectors a step takes prefixes of: entry ids, the tags that test the
+        # misses for repeats (entry id mod 2**15 for int16: distinct within a row, top_k <= B),
+        # and the 1 a scatter writes (a tensor source scatters several times faster than a scalar).
+        cells = num_requests * buffer_size
+        self._iota = torch.arange(cells, dtype=torch.int64, device=dev)
+        tag_mask = 0x7FFF if self._slot_dtype == torch.int16 else 0x7FFFFFFF
+        self._tags = (self._iota & tag_mask).to(self._slot_dtype)
+        self._ones = torch.ones(cells, dtype=torch.int32, device=dev)
+        self._rows, self._rows_key = None, None  # _row_of's table for the last batch shape
 
     @staticmethod
     def bytes_needed(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
@@ -362,7 +375,9 @@ class HotBuffer:
         """int64 ``[buffer_size + 1]``: the position held by each LRU slot of ``req_id`` and, last,
         by its reserved slot; -1 where empty. A copy."""
         r = self._check_req_scalar(req_id)
-        return torch.cat([self._slot_pos[r], self._newest_pos[r : r + 1]]).cpu()
+        rows = self._slot_row[r].long()
+        pos = torch.where(rows == self._sink, -1, rows - r * self._max_seq_len)
+        return torch.cat([pos, self._newest_pos[r : r + 1]]).cpu()
 
     def lru_order(self, req_id: int) -> torch.Tensor:
         """int64 ``[buffer_size]``: the LRU slots of ``req_id``, least- to most-recently used
@@ -385,7 +400,7 @@ class HotBuffer:
         if rid.numel() == 0:
             return
         rid = rid.to(self._device)
-        self._slot_pos[rid] = -1
+        self._slot_row[rid] = self._sink
         self._pos_slot[:-1].view(self._num_requests, self._max_seq_len)[rid] = -1
         self._lru[rid] = self._lru_init
         self._newest_pos[rid] = -1
@@ -594,12 +609,11 @@ class HotBuffer:
 
     def _forget_beyond(self, rid: torch.Tensor, lens: torch.Tensor) -> None:
         """Drop residency of positions >= seq_len (after a rollback their host rows change)."""
-        sp = self._slot_pos.index_select(0, rid)  # [n, B]
-        stale = sp >= lens[:, None]
+        rows = self._slot_row.index_select(0, rid).long()  # [n, B]
+        stale = (rows >= (rid * self._max_seq_len + lens)[:, None]) & (rows != self._sink)
         i, s = stale.nonzero(as_tuple=True)
-        r = rid[i]
-        self._pos_slot[r * self._max_seq_len + sp[i, s]] = -1
-        self._slot_pos[r, s] = -1
+        self._pos_slot[rows[i, s]] = -1
+        self._slot_row[rid[i], s] = self._sink
         newest = self._newest_pos[rid]
         self._newest_pos[rid] = torch.where(newest >= lens, -1, newest)
 
@@ -612,8 +626,8 @@ class HotBuffer:
         m = rid.shape[0]
         B, S = self._buffer_size, self._max_seq_len
         slots = self._lru_init  # arange(B)
-        sp = self._slot_pos.index_select(0, rid)  # [m, B]
-        resident = sp == slots
+        rows = self._slot_row.index_select(0, rid)  # [m, B]
+        resident = rows == (rid * S)[:, None] + slots
         # requested[j, 1 + s]: position s is asked for (column 0 absorbs the padding)
         requested = torch.zeros((m, B + 1), dtype=torch.bool, device=self._device)
         requested.scatter_(1, (pos + 1).long(), True)
@@ -624,15 +638,15 @@ class HotBuffer:
         fill = (slots < lens[:, None]) & ~resident
         j, s = fill.nonzero(as_tuple=True)
         r = rid[j]
-        occupant = sp[j, s]  # position now in slot s (to be evicted), or -1
-        home = self._pos_slot[r * S + s].long()  # slot now holding position s elsewhere, or -1
-        o = occupant >= 0
-        self._pos_slot[r[o] * S + occupant[o]] = -1
+        occupant = rows[j, s].long()  # host row now in slot s (to be evicted), or the sink
+        wanted = r * S + s
+        home = self._pos_slot[wanted].long()  # slot now holding position s elsewhere, or -1
+        self._pos_slot[occupant] = -1  # the sink stays -1
         h = home >= 0
-        self._slot_pos[r[h], home[h]] = -1
+        self._slot_row[r[h], home[h]] = self._sink
         # set last: a filled slot may be another fill's old home, a filled position an occupant
-        self._slot_pos[r, s] = s
-        self._pos_slot[r * S + s] = s.to(self._slot_dtype)
+        self._slot_row[r, s] = wanted.to(torch.int32)
+        self._pos_slot[wanted] = s.to(self._slot_dtype)
 
         out = pos + (pos >= 0) * (rid * self._stride).to(torch.int32)[:, None]
         return out, r * S + s, r * self._stride + s, hits, misses
@@ -641,93 +655,134 @@ class HotBuffer:
         """seq_len > B: LRU over slots 0..B-1, newest token in the reserved slot B.
 
         rid, lens int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
-        Arithmetic runs in int32 and selects are multiplications by masks: on the CPU both are
-        several times faster than int64 and torch.where.
+        On the CPU the cost of this bookkeeping is memory traffic, so: every [g, k] and [g, B]
+        temporary is scratch kept between steps, written with out= or in place (a fresh
+        multi-megabyte tensor costs more in page faults than the arithmetic done in it); masks
+        are int32 0/1 and selects multiplications by them, tests of a sign a shift by 31
+        (comparisons writing bool and int64 arithmetic run several times slower); values turn
+        int64 only where torch wants an index.
         """
         g, top_k = pos.shape
+        n = g * top_k
         B, S, W = self._buffer_size, self._max_seq_len, self._stride
-        dev = self._device
-        i32 = torch.int32
-        pos_slot = self._pos_slot  # [R * S + 1], index r * S + p; the last entry is a sink
-        sink = pos_slot.numel() - 1
-
-        newest = lens - 1
-        is_newest = pos == newest.to(i32)[:, None]
-        cand = (pos >= 0) ^ is_newest  # positions served by the LRU slots
-        # flat index r * S + p of each candidate; everything else reads the sink
-        flat = (((pos + (rid * S - sink).to(i32)[:, None]) * cand) + sink).view(-1)  # [g * k]
-        cur = pos_slot.index_select(0, flat)  # [g * k]: slot of each position, else -1
-        hit = cur >= 0  # the sink reads -1, so only candidates can hit
-        miss = cand.view(-1) ^ hit
-
-        # First occurrence of each missed position: row order ranks the misses, as in SGLang's
-        # kernel, and a duplicate shares the first's slot. The missed positions' _pos_slot
-        # entries are -1 and all get their new slot below, so they serve as the scratch of an
-        # amin-scatter of column numbers (rows are distinct requests: disjoint entries).
-        mi = miss.nonzero().squeeze(1)  # int64 [nm] entry ids, row-major
-        m_flat = flat.index_select(0, mi).long()
-        m_col = (mi % top_k).to(pos_slot.dtype)  # top_k <= B fits the slot dtype
-        pos_slot.scatter_reduce_(0, m_flat, m_col, reduce="amin", include_self=False)
-        first = (pos_slot.index_select(0, m_flat) == m_col).nonzero().squeeze(1)
-        f_entry = mi.index_select(0, first)  # [f] entry ids of the distinct misses, row-major
-        f_flat = m_flat.index_select(0, first)  # their r * S + p, also their host row
-        f_row = torch.div(f_entry, top_k, rounding_mode="floor")
-        n_miss = torch.bincount(f_row, minlength=g)  # int64 [g]
-        f_rank = torch.arange(f_entry.numel(), device=dev) - (n_miss.cumsum(0) - n_miss)[f_row]
-
-        # hit_in_order[j, t]: the t-th least-recently-used slot of row j is hit this step
+        i32, i64 = torch.int32, torch.int64
         ws = self._ws
-        needed = ws("needed", (g, B + 1), torch.bool).zero_()
-        needed.scatter_(1, torch.add(cur, 1, out=ws("cur1", (g * top_k,), torch.int64)).view(g, top_k), True)
-        whole = g == self._num_requests and bool((rid == self._all_requests).all())
-        lru = self._lru if whole else torch.index_select(self._lru, 0, rid, out=ws("lru", (g, B), torch.int64))
-        hit_in_order = torch.gather(needed[:, 1:], 1, lru, out=ws("hit_in_order", (g, B), torch.bool))
-        evictable = torch.logical_not(hit_in_order, out=ws("evictable", (g, B), torch.bool))
-        ev_count = torch.cumsum(evictable, 1, dtype=i32, out=ws("ev_count", (g, B), i32))
-        n_ev = ev_count[:, -1:]  # [g, 1] >= misses, since distinct candidates <= top_k <= B
-        # evict_list[j, 1 + i]: the i-th least-recently-used evictable slot (column 0: hits)
-        evict_list = ws("evict_list", (g, B + 1), torch.int64)
-        evict_list.scatter_(1, torch.mul(ev_count, evictable, out=ws("at", (g, B), torch.int64)), lru)
-        slot = evict_list.view(-1).index_select(0, f_row * (B + 1) + 1 + f_rank)  # [f]
+        pos_slot = self._pos_slot  # [R * S + 1], index r * S + p; the last entry is a sink
+        sink = self._sink
+        whole = g == self._num_requests and bool(torch.equal(rid, self._all_requests))
 
-        # Evict the occupants, place the misses.
-        r = rid.index_select(0, f_row)
-        sp_idx = r * B + slot
-        slot_pos = self._slot_pos.view(-1)
-        occupant = slot_pos.index_select(0, sp_idx)
-        pos_slot.index_fill_(0, (occupant + r * S - sink) * (occupant >= 0) + sink, -1)
-        slot_pos.index_copy_(0, sp_idx, f_flat - r * S)
-        pos_slot.index_copy_(0, f_flat, slot.to(pos_slot.dtype))
+        # Hit test: one gather of the slot of every candidate (not padding, not the newest
+        # token, which has its own slot); everything else reads the sink's -1.
+        newest = lens - 1
+        is_newest = torch.eq(pos, newest.to(i32)[:, None], out=ws("is_newest", (g, top_k), i32))
+        cand = torch.bitwise_right_shift(pos, 31, out=ws("cand", (g, top_k), i32))  # -1: padding
+        cand.add_(1).sub_(is_newest)
+        flat = torch.add(pos, (rid * S - sink).to(i32)[:, None], out=ws("flat", (g, top_k), i32))
+        flat = flat.mul_(cand).add_(sink).view(-1)  # r * S + p for candidates, else the sink
+        cur = ws("cur", (n,), i32).copy_(torch.index_select(pos_slot, 0, flat, out=ws("cur_raw", (n,), pos_slot.dtype)))
+        miss = torch.bitwise_right_shift(cur, 31, out=ws("miss", (n,), i32))  # -1: no slot
+        miss.mul_(cand.view(-1)).neg_()  # 1: a candidate without a slot (the sink reads -1)
 
-        # New LRU order (SGLang's): the evictables left over keep their order at the front,
-        # then the slots just filled in miss order, then the hits in their old order. In place
-        # on the scratch: dest = stale + (hit_dest - stale) * hit_in_order.
-        stale = torch.sub(ev_count, n_miss.to(i32)[:, None] + 1, out=ws("stale", (g, B), i32))
-        stale += torch.mul(stale.lt(0), n_ev, out=ws("wrap", (g, B), i32))  # filled: after the rest
-        dest = torch.sub(n_ev, ev_count, out=ws("dest", (g, B), i32))  # on the hit slots: n_ev + hit rank
-        dest.add_(self._arange32).sub_(stale).mul_(hit_in_order).add_(stale)
-        dest64 = ws("at", (g, B), torch.int64).copy_(dest)
-        if whole:  # write the new order beside the old one and swap: no copy in or out
-            self._lru_next.scatter_(1, dest64, lru)
+        # The misses' entry ids in row-major order (row order ranks them, as in SGLang's
+        # kernel), compacted by a running count and one scatter: cheaper than nonzero.
+        count = torch.cumsum(miss, 0, dtype=i32, out=ws("count", (n,), i32))
+        nm = int(count[-1]) if n else 0
+        count.sub_(nm + 1).mul_(miss).add_(nm)  # the i-th miss -> i, the rest -> nm (a dump)
+        to = ws("index", (n,), i64).copy_(count)
+        mi = ws("mi", (nm + 1,), i64).scatter_(0, to, self._iota[:n])[:nm]
+        m_flat32 = torch.index_select(flat, 0, mi)  # r * S + p, also the host row
+        m_flat = m_flat32.long()
+
+        # A missed position asked twice in a row takes one slot, at its first appearance. The
+        # misses' _pos_slot entries are -1 and all get their slot below, so they serve as
+        # scratch: tag each miss, read the tags back; all survive iff the positions are distinct.
+        tags = self._tags[:nm]
+        pos_slot.index_copy_(0, m_flat, tags)
+        distinct = bool(torch.equal(pos_slot.index_select(0, m_flat), tags))
+        if distinct:
+            f_entry, f_flat, f_flat32 = mi, m_flat, m_flat32
+            n_miss = miss.view(g, top_k).sum(1)  # int64 [g]
+        else:  # first appearances: the least column per position (rows are distinct requests)
+            m_col = (mi % top_k).to(pos_slot.dtype)  # top_k <= B fits the slot dtype
+            pos_slot.scatter_reduce_(0, m_flat, m_col, reduce="amin", include_self=False)
+            first = (pos_slot.index_select(0, m_flat) == m_col).nonzero().squeeze(1)
+            f_entry, f_flat = mi.index_select(0, first), m_flat.index_select(0, first)
+            f_flat32 = m_flat32.index_select(0, first)
+            n_miss = torch.bincount(torch.div(f_entry, top_k, rounding_mode="floor"), minlength=g)
+        f_row = self._row_of(g, top_k).index_select(0, f_entry)  # [f]
+
+        # needed[j, 1 + s]: slot s of row j is hit (column 0 absorbs the rest);
+        # hit_in_order[j, t]: the t-th least-recently-used slot of row j is hit.
+        needed = ws("needed", (g, B + 1), i32).zero_()
+        at_slot = torch.add(cur, 1, out=to).view(g, top_k)  # the index buffer is free again
+        needed.scatter_(1, at_slot, self._ones[:n].view(g, top_k))
+        lru = self._lru if whole else torch.index_select(self._lru, 0, rid, out=ws("lru", (g, B), i64))
+        hit_in_order = torch.gather(needed[:, 1:], 1, lru, out=ws("hit_in_order", (g, B), i32))
+        hits_so_far = torch.cumsum(hit_in_order, 1, dtype=i32, out=ws("hits_so_far", (g, B), i32))
+        n_hit = hits_so_far[:, -1:].clone()  # [g, 1]
+        n_ev = B - n_hit  # >= misses, since distinct candidates <= top_k <= B
+
+        # New LRU order (SGLang's): the evictables left over keep their order at the front, then
+        # the slots just filled in miss order, then the hits in their old order. The i-th miss
+        # takes the i-th least-recently-used evictable, so the filled slots are the first
+        # evictables, rotated behind the rest: the evictable at t goes to (its rank - misses)
+        # mod n_ev, its rank being t - hits_so_far; a hit goes to n_ev + its rank among the hits.
+        stale = torch.sub(self._arange32, hits_so_far, out=ws("stale", (g, B), i32))
+        stale.sub_(n_miss.to(i32)[:, None])
+        wrap = torch.bitwise_right_shift(stale, 31, out=needed.view(-1)[: g * B].view(g, B))
+        stale.add_(wrap.bitwise_and_(n_ev))  # -1 & n_ev: a filled slot goes behind the rest
+        dest = hits_so_far.add_(n_ev - 1).sub_(stale).mul_(hit_in_order).add_(stale)
+        lru_next = self._lru_next if whole else ws("lru_new", (g, B), i64)
+        lru_next.scatter_(1, ws("dest", (g, B), i64).copy_(dest), lru)
+        if whole:  # the new order was written beside the old one: swap, no copy
             self._lru, self._lru_next = self._lru_next, self._lru
         else:
-            self._lru.index_copy_(0, rid, ws("lru_new", (g, B), torch.int64).scatter_(1, dest64, lru))
+            self._lru.index_copy_(0, rid, lru_next)
+
+        # The filled slots now sit at columns n_ev - misses .. n_ev - 1 of their row, in miss
+        # order: the i-th miss overall, of row j, reads column i + (n_ev - misses - misses
+        # before row j) of row j.
+        first_col = n_ev.squeeze(1) - n_miss - (n_miss.cumsum(0) - n_miss)
+        at = (first_col + self._all_requests[:g] * B).index_select(0, f_row)
+        at += self._iota[: f_entry.numel()]
+        slot = lru_next.view(-1).index_select(0, at)  # [f]
+
+        # Evict the occupants, place the misses.
+        r = f_row if whole else rid.index_select(0, f_row)
+        sr_idx = r * B + slot
+        slot_row = self._slot_row.view(-1)
+        pos_slot.index_fill_(0, slot_row.index_select(0, sr_idx).long(), -1)  # empty: the sink
+        slot_row.index_copy_(0, sr_idx, f_flat32)
+        slot32 = slot.to(i32)
+        pos_slot.index_copy_(0, f_flat, slot32.to(pos_slot.dtype))
 
         # The reserved slot always holds the newest token.
         refresh = self._newest_pos.index_select(0, rid) != newest
         self._newest_pos.index_copy_(0, rid, newest)
-        newest_asked = is_newest.any(1)
-        hits = (B - n_ev).sum() + (newest_asked & ~refresh).sum()
+        newest_asked = is_newest.sum(1) > 0
+        hits = n_hit.sum() + (newest_asked & ~refresh).sum()
         misses = n_miss.sum() + (newest_asked & refresh).sum()
         rr = rid[refresh]
         src = torch.cat([f_flat, rr * S + newest[refresh]])
         dst = torch.cat([r * W + slot, rr * W + B])
 
-        # Output: hits keep the slot read above; misses (and their duplicates) read their new one.
-        cur.index_copy_(0, mi, pos_slot.index_select(0, m_flat))
-        v = cur.view(g, top_k).to(i32) + is_newest * self._reserved_plus_one  # -1 + B + 1
-        out = v + (v >= 0) * (rid * W).to(i32)[:, None]
+        # Output: hits keep the slot read above, misses (and their repeats) read their new one,
+        # the newest token reads B (-1 + B + 1), padding stays -1; then the row's region.
+        out = torch.add(cur.view(g, top_k), is_newest, alpha=B + 1)
+        if distinct:
+            out.view(-1).index_copy_(0, mi, slot32)
+        else:
+            out.view(-1).index_copy_(0, mi, pos_slot.index_select(0, m_flat).to(i32))
+        region = torch.bitwise_right_shift(out, 31, out=cand).add_(1)  # 1: a row, 0: padding
+        out.add_(region.mul_((rid * W).to(i32)[:, None]))
         return out, src, dst, hits, misses
+
+    def _row_of(self, g: int, top_k: int) -> torch.Tensor:
+        """int64 [g * top_k]: the row of each entry of a [g, top_k] batch (kept for the shape)."""
+        if self._rows_key != (g, top_k):
+            self._rows = torch.div(self._iota[: g * top_k], max(top_k, 1), rounding_mode="floor")
+            self._rows_key = (g, top_k)
+        return self._rows
 
     def _ws(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """Scratch tensor `name` of `shape`, kept between steps (its contents are whatever the
