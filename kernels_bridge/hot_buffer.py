@@ -286,7 +286,6 @@ class HotBuffer:
         tag_mask = 0x7FFF if self._slot_dtype == torch.int16 else 0x7FFFFFFF
         self._tags = (self._iota & tag_mask).to(self._slot_dtype)
         self._ones = torch.ones(cells, dtype=torch.int32, device=dev)
-        self._rows, self._rows_key = None, None  # _row_of's table for the last batch shape
 
     @staticmethod
     def bytes_needed(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
@@ -709,7 +708,10 @@ class HotBuffer:
             f_entry, f_flat = mi.index_select(0, first), m_flat.index_select(0, first)
             f_flat32 = m_flat32.index_select(0, first)
             n_miss = torch.bincount(torch.div(f_entry, top_k, rounding_mode="floor"), minlength=g)
-        f_row = self._row_of(g, top_k).index_select(0, f_entry)  # [f]
+        if top_k & (top_k - 1):  # the row of each miss
+            f_row = torch.div(f_entry, top_k, rounding_mode="floor")
+        else:  # a power of two, as top-k usually is: a shift
+            f_row = f_entry >> (top_k.bit_length() - 1)
 
         # needed[j, 1 + s]: slot s of row j is hit (column 0 absorbs the rest);
         # hit_in_order[j, t]: the t-th least-recently-used slot of row j is hit.
@@ -759,7 +761,7 @@ class HotBuffer:
         # The reserved slot always holds the newest token.
         refresh = self._newest_pos.index_select(0, rid) != newest
         self._newest_pos.index_copy_(0, rid, newest)
-        newest_asked = is_newest.sum(1) > 0
+        newest_asked = is_newest.any(1)
         hits = n_hit.sum() + (newest_asked & ~refresh).sum()
         misses = n_miss.sum() + (newest_asked & refresh).sum()
         rr = rid[refresh]
@@ -776,13 +778,6 @@ class HotBuffer:
         region = torch.bitwise_right_shift(out, 31, out=cand).add_(1)  # 1: a row, 0: padding
         out.add_(region.mul_((rid * W).to(i32)[:, None]))
         return out, src, dst, hits, misses
-
-    def _row_of(self, g: int, top_k: int) -> torch.Tensor:
-        """int64 [g * top_k]: the row of each entry of a [g, top_k] batch (kept for the shape)."""
-        if self._rows_key != (g, top_k):
-            self._rows = torch.div(self._iota[: g * top_k], max(top_k, 1), rounding_mode="floor")
-            self._rows_key = (g, top_k)
-        return self._rows
 
     def _ws(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """Scratch tensor `name` of `shape`, kept between steps (its contents are whatever the

@@ -31,8 +31,13 @@ def hot_buffer_bytes(num_requests: int, max_seq_len: int, buffer_size: int, page
     """Bytes a HotBuffer of these sizes allocates on its device: the rows, the slot/position maps
     and LRU order, the staging of a copy."""
     rows = num_requests * (buffer_size + page_size) * row_bytes
-    state = (num_requests * buffer_size * 8 * 3  # slot -> position, the LRU order and the next one
-             + (num_requests * max_seq_len + 1) * slot_bytes(device_type, buffer_size))
-    # the LRU bookkeeping's scratch: 5 int64, 4 int32 and 3 bool [R, B] tensors, reused every step
-    scratch = num_requests * (buffer_size + 1) * (5 * 8 + 4 * 4 + 3)
-    return rows + state + scratch + min(STAGING_BYTES, rows)
+    sb = slot_bytes(device_type, buffer_size)
+    state = (num_requests * buffer_size * (4 + 8 + 8)  # slot -> host row, the LRU order and the next one
+             + (num_requests * max_seq_len + 1) * sb)
+    constants = num_requests * buffer_size * (8 + sb + 4)  # entry ids, repeat tags, scattered ones
+    # the bookkeeping's scratch, reused every step, each at most [R, B + 1]: over the top-k
+    # 6 int32, the raw slots, 2 int64 (scatter indices, the misses); over the slots 4 int32
+    # (marks, hits in order, running count, new places) and 3 int64 (new places as an index,
+    # a partial batch's LRU rows and their new order)
+    scratch = num_requests * (buffer_size + 1) * (6 * 4 + sb + 2 * 8 + 4 * 4 + 3 * 8)
+    return rows + state + constants + scratch + min(STAGING_BYTES, rows)

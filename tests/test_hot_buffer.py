@@ -623,7 +623,7 @@ def test_sizes_past_the_memory_limit_are_refused_before_allocating(monkeypatch):
     allocated = []
     real_zeros = torch.zeros
     monkeypatch.setattr(torch, "zeros", lambda *a, **k: allocated.append(a) or real_zeros(*a, **k))
-    with pytest.raises(HotBufferError, match=r"buffer_size: 4194304 slots x 2 requests need 5\.8 GiB.*"
+    with pytest.raises(HotBufferError, match=r"buffer_size: 4194304 slots x 2 requests need 6\.1 GiB.*"
                                              r"the limit is 1\.0 GiB \(max_bytes\)"):
         HotBuffer(pool, buffer_size=2**22, max_bytes=1 << 30)
     assert allocated == []
