@@ -115,8 +115,18 @@ def dequantize_kv_fp8_f32(rows: torch.Tensor) -> torch.Tensor:
     return out
 
 
-ROWS_PER_STEP = 256  # rows unpacked at a time: the code indices and values stay in the cache
+ROWS_PER_STEP = 256  # rows a table look-up unpacks at a time: indices and values stay in the cache
+EXPONENT_ROWS = 2048  # rows the exponent path unpacks at a time: its bits stay in the cache
 _CODE_VALUES: dict = {}
+
+# The exponent path (see _unpack_by_exponent), per output dtype: (integer view of the output,
+# the factor that shifts an e4m3 byte's 7 magnitude bits to the top of the mantissa, the mask
+# that keeps them and the sign, the exponent of 2**120 added to a scale's float32 bits).
+_EXPONENT_PATH = {
+    torch.bfloat16: (torch.int16, 1 << 4, -0x7810, 120 << 7),   # mask 0x87F0
+    torch.float32: (torch.int32, 1 << 20, -0x78100000, 120 << 23),  # mask 0x87F00000
+}
+_SCALE_EXPONENTS = (1, 127 + 7)  # biased float32 exponents of the scales the exponent path takes
 
 
 def _code_values(device) -> torch.Tensor:
@@ -132,18 +142,33 @@ def _code_values(device) -> torch.Tensor:
 def _unpack(raw: torch.Tensor, out: torch.Tensor) -> None:
     """raw: uint8 [n, 656]; out: float32 or bf16 [n, 576], written with the dequantized rows.
 
-    torch converts float8_e4m3fn to float32 one element at a time (about 10 ns each on a CPU);
-    a look-up in the 256-entry table of code values (index_select over int32 indices) gives the
-    same floats several times faster. Rows go a block at a time through two reused buffers."""
+    On the CPU, rows whose scales allow it take the exponent path (_unpack_by_exponent); the
+    rest, and other devices, a look-up in the 256-entry table of code values: torch converts
+    float8_e4m3fn to float32 one element at a time (about 10 ns each on a CPU), the table
+    (index_select over int32 indices) gives the same floats several times faster."""
     n = raw.shape[0]
     if n == 0:
         return
+    rope = raw[:, ROPE_AT:]
+    try:  # the bf16 RoPE dims read in place where the row stride allows it
+        rope = rope.view(torch.bfloat16)
+    except RuntimeError:
+        rope = rope.contiguous().view(torch.bfloat16)
+    out[:, D_NOPE:].copy_(rope)
+    if raw.device.type == "cpu" and _unpack_by_exponent(raw, out):
+        return
+    _unpack_by_table(raw, out, 0, n)
+
+
+def _unpack_by_table(raw: torch.Tensor, out: torch.Tensor, start: int, stop: int) -> None:
+    """The NoPE dims of rows start..stop by the table of code values, a block at a time through
+    two reused buffers."""
     table = _code_values(raw.device)
-    step = min(n, ROWS_PER_STEP)
+    step = min(stop - start, ROWS_PER_STEP)
     index = torch.empty(step, D_NOPE, dtype=torch.int32, device=raw.device)
     values = torch.empty(step * D_NOPE, dtype=torch.float32, device=raw.device)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
+    for lo in range(start, stop, step):
+        hi = min(stop, lo + step)
         m = hi - lo
         block = raw[lo:hi]
         index[:m].copy_(block[:, :D_NOPE])
@@ -153,7 +178,62 @@ def _unpack(raw: torch.Tensor, out: torch.Tensor) -> None:
         # several times slower), then copied (and for bf16 rounded) into the rows
         values[: m * D_NOPE].view(m * NUM_TILES, TILE).mul_(scales.view(m * NUM_TILES, 1))
         out[lo:hi, :D_NOPE].copy_(values[: m * D_NOPE].view(m, D_NOPE))
-    out[:, D_NOPE:].copy_(raw[:, ROPE_AT:].contiguous().view(torch.bfloat16))
+
+
+def _unpack_by_exponent(raw: torch.Tensor, out: torch.Tensor) -> bool:
+    """The NoPE dims without a table, in four vectorised passes, when every scale is a power of
+    two 2**e with -126 <= e <= 7 (FlashMLA's quantizer writes 2**-13 .. 2**7 for any |x| up to
+    57,344); returns False, writing nothing, otherwise.
+
+    An e4m3 byte's sign and 7 magnitude bits, moved into a float's sign bit and the low bits of
+    its exponent and top of its mantissa, read as the code's value times 2**-120 (exponent bias
+    127 against e4m3's 7), subnormal codes included (they land on the float's subnormals).
+    Multiplying that by 2**(e + 120), a normal float, gives the same real number as code * 2**e,
+    rounded once: the same bits as the table's float32(code) * scale and its bf16 rounding.
+    Blocks holding a NaN code (none in a cache the quantizer wrote) go by the table instead; so
+    does everything when denormals are flushed (torch.set_flush_denormal)."""
+    bits_dtype, shift, mask, bias = _EXPONENT_PATH[out.dtype]
+    scale_bits = raw[:, SCALES_AT:ROPE_AT].contiguous().view(torch.int32)  # [n, 4]
+    magnitude = scale_bits & 0x7FFFFFFF
+    low, high = torch.aminmax(magnitude)
+    low, high, fraction = torch.stack([low, high, (magnitude & 0x7FFFFF).amax()]).tolist()
+    lowest, highest = _SCALE_EXPONENTS
+    if low < lowest << 23 or high > highest << 23 or fraction or not _denormals_kept():
+        return False
+    if out.dtype == torch.bfloat16:  # 2**(e + 120) in bf16: the top half of its float32 bits
+        factors = ((scale_bits >> 16) + bias).to(torch.int16).view(torch.bfloat16)
+    else:
+        factors = (scale_bits + bias).view(torch.float32)
+    n = raw.shape[0]
+    step = min(n, EXPONENT_ROWS)
+    codes = raw[:, :D_NOPE]
+    signed = codes.view(torch.int8)
+    bits = out.view(bits_dtype)
+    nan = _has_nan_code(codes)  # looked for block by block only where the rows hold one
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        m = hi - lo
+        if nan and _has_nan_code(codes[lo:hi]):
+            _unpack_by_table(raw, out, lo, hi)
+            continue
+        nope = bits[lo:hi, :D_NOPE]
+        nope.copy_(signed[lo:hi]).mul_(shift)  # sign-extended: the sign fills the bits above
+        nope.bitwise_and_(mask)  # keep the sign and the 7 magnitude bits
+        out[lo:hi, :D_NOPE].view(m, NUM_TILES, TILE).mul_(factors[lo:hi].view(m, NUM_TILES, 1))
+    return True
+
+
+def _has_nan_code(codes: torch.Tensor) -> bool:
+    """Whether uint8 codes hold a NaN code, 0x7F or 0xFF: the greatest byte as int8, as uint8."""
+    return int(codes.view(torch.int8).amax()) == 0x7F or int(codes.amax()) == 0xFF
+
+
+_SUBNORMAL = torch.tensor([2.0 ** -140])  # a float32 subnormal
+
+
+def _denormals_kept() -> bool:
+    """False when the CPU flushes subnormal floats to zero (torch.set_flush_denormal(True))."""
+    return torch.mul(_SUBNORMAL, 2.0).item() != 0.0
 
 
 def _bytes_of(x: torch.Tensor) -> torch.Tensor:

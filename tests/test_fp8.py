@@ -255,3 +255,81 @@ def test_dequantize_into_a_given_output():
         with pytest.raises(ValidationError, match="out: expected") as info:
             dequantize_kv_fp8(rows, out=bad)
         assert fragment in str(info.value) and torch.equal(out, before)
+
+
+def _rows_of(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """uint8 [n, 656]: codes uint8 [n, 512], scales float32 [n, 4], random bf16 RoPE dims."""
+    n = codes.shape[0]
+    rows = torch.empty(n, 656, dtype=torch.uint8)
+    rows[:, :512] = codes
+    rows[:, 512:528] = scales.contiguous().view(torch.uint8).view(n, 16)
+    rope = torch.randn(n, 64, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
+    rows[:, 528:] = rope.view(torch.uint8).view(n, 128)
+    return rows
+
+
+def _by_torch(rows: torch.Tensor) -> torch.Tensor:
+    """float32 [n, 576]: torch's own float8 -> float32 conversion times the float32 scale."""
+    n = rows.shape[0]
+    scales = rows[:, 512:528].contiguous().view(torch.float32)
+    values = rows[:, :512].contiguous().view(torch.float8_e4m3fn).float().view(n, 4, 128) * scales.unsqueeze(-1)
+    return torch.cat([values.view(n, 512), rows[:, 528:].contiguous().view(torch.bfloat16).float()], dim=1)
+
+
+def _assert_same_bits(rows: torch.Tensor) -> None:
+    from kernels_bridge import fp8
+
+    want = _by_torch(rows)
+    assert torch.equal(fp8.dequantize_kv_fp8_f32(rows).view(torch.int32), want.view(torch.int32))
+    assert torch.equal(dequantize_kv_fp8(rows).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+
+
+@pytest.mark.parametrize("exponent", [-126, -125, -13, 0, 7, 8, 120])
+def test_every_code_at_the_edges_of_the_exponent_path(exponent, monkeypatch):
+    """Every non-NaN code byte, at scales 2**e and -2**e: e from -126 to 7 go by the code's bits
+    moved into a float and multiplied by 2**(e + 120) (the table is not touched), e >= 8 by the
+    table; both give torch's float8 -> float32 conversion times the scale, bit for bit, in float32
+    and in bf16 (at e = -126 subnormal codes give subnormal products, rounded once either way)."""
+    from kernels_bridge import fp8
+
+    usable = torch.tensor([b for b in range(256) if b & 0x7F != 0x7F], dtype=torch.uint8)
+    codes = usable.repeat(9)[: 4 * 512].view(4, 512)
+    scales = torch.tensor([2.0 ** exponent, -(2.0 ** exponent)]).repeat(8).view(4, 4)
+    if -126 <= exponent <= 7:
+        def no_table(*args):
+            raise AssertionError("scales 2**-126 .. 2**7 take the exponent path")
+        monkeypatch.setattr(fp8, "_unpack_by_table", no_table)
+    _assert_same_bits(_rows_of(codes, scales))
+
+
+def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch):
+    """NaN codes keep the table's bits; only the block of rows holding one takes the table."""
+    from kernels_bridge import fp8
+
+    n = 2 * fp8.EXPONENT_ROWS + 5
+    g = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 256, (n, 512), dtype=torch.uint8, generator=g)
+    codes[(codes & 0x7F) == 0x7F] = 0x11
+    codes[fp8.EXPONENT_ROWS + 3, 100] = 0xFF  # in the second block only
+    scales = torch.pow(2.0, torch.randint(-20, 8, (n, 4), generator=g).float())
+    spans = []
+    real = fp8._unpack_by_table
+    monkeypatch.setattr(fp8, "_unpack_by_table", lambda raw, out, lo, hi: spans.append((lo, hi)) or real(raw, out, lo, hi))
+    _assert_same_bits(_rows_of(codes, scales))
+    assert spans == [(fp8.EXPONENT_ROWS, 2 * fp8.EXPONENT_ROWS)] * 2  # the float32 and the bf16 call
+
+
+def test_flushed_denormals_take_the_table():
+    """With denormals flushed, a subnormal code read as a float's bits would be read as zero: the
+    table, whose values are normal floats, is used instead and the result does not change."""
+    codes = torch.arange(512, dtype=torch.int64).remainder(8).to(torch.uint8).view(1, 512)  # 0 and subnormals
+    rows = _rows_of(codes, torch.ones(1, 4))
+    want = _by_torch(rows)
+    assert (want[0, 1:8] != 0).all()
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        got = dequantize_kv_fp8(rows)
+    finally:
+        torch.set_flush_denormal(False)
+    assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
