@@ -194,7 +194,7 @@ def _unpack_by_exponent(raw: torch.Tensor, out: torch.Tensor) -> bool:
     does everything when denormals are flushed (torch.set_flush_denormal)."""
     bits_dtype, shift, mask, bias = _EXPONENT_PATH[out.dtype]
     scale_bits = raw[:, SCALES_AT:ROPE_AT].contiguous().view(torch.int32)  # [n, 4]
-    magnitude = scale_bits & 0x7FFFFFFF
+    magnitude = scale_bits & torch.iinfo(torch.int32).max  # the bits but the sign
     low, high = torch.aminmax(magnitude)
     low, high, fraction = torch.stack([low, high, (magnitude & 0x7FFFFF).amax()]).tolist()
     lowest, highest = _SCALE_EXPONENTS

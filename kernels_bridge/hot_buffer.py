@@ -283,7 +283,7 @@ class HotBuffer:
         # and the 1 a scatter writes (a tensor source scatters several times faster than a scalar).
         cells = num_requests * buffer_size
         self._iota = torch.arange(cells, dtype=torch.int64, device=dev)
-        tag_mask = 0x7FFF if self._slot_dtype == torch.int16 else 0x7FFFFFFF
+        tag_mask = 0x7FFF if self._slot_dtype == torch.int16 else INT32_MAX
         self._tags = (self._iota & tag_mask).to(self._slot_dtype)
         self._ones = torch.ones(cells, dtype=torch.int32, device=dev)
 
