@@ -116,7 +116,7 @@ def dequantize_kv_fp8_f32(rows: torch.Tensor) -> torch.Tensor:
 
 
 ROWS_PER_STEP = 256  # rows a table look-up unpacks at a time: indices and values stay in the cache
-EXPONENT_ROWS = 2048  # rows the exponent path unpacks at a time: its bits stay in the cache
+EXPONENT_ROWS = 1024  # rows the exponent path unpacks at a time: its bits stay in the cache
 _CODE_VALUES: dict = {}
 
 # The exponent path (see _unpack_by_exponent), per output dtype: (integer view of the output,
@@ -209,11 +209,10 @@ def _unpack_by_exponent(raw: torch.Tensor, out: torch.Tensor) -> bool:
     codes = raw[:, :D_NOPE]
     signed = codes.view(torch.int8)
     bits = out.view(bits_dtype)
-    nan = _has_nan_code(codes)  # looked for block by block only where the rows hold one
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         m = hi - lo
-        if nan and _has_nan_code(codes[lo:hi]):
+        if _has_nan_code(codes[lo:hi]):  # read once for this, the block stays in the cache
             _unpack_by_table(raw, out, lo, hi)
             continue
         nope = bits[lo:hi, :D_NOPE]
