@@ -16,17 +16,18 @@ def int_arg(text: str) -> int:
     return value
 
 
-def add_input_flags(parser, policy, defaults: dict | None = None):
+def add_input_flags(parser, policy, defaults: dict | None = None, switch=argparse.BooleanOptionalAction):
     """One option per policy input flag, spelled as the policy declares (SGLang's flag names),
     and SGLang's options the inputs derive from (--model-path, --hisparse-config). Every spelling
     keeps its own destination, so two spellings of one input with different values are an error
     (C501), not a silent last-one-wins. `defaults` overrides the default the help shows, for a
-    command that sets an input itself. A flag that collides with one of the command's own options
-    is a policy error (E309), never an argparse crash."""
+    command that sets an input itself; `switch` is the action of a bool input's flags (hisparse's
+    --x/--no-x, or SGLang's "store_true"). A flag that collides with one of the command's own
+    options is a policy error (E309), never an argparse crash."""
     defaults = defaults or {}
     group = parser.add_argument_group(f"config inputs of {policy.ref}")
     try:
-        _add_input_flags(parser, group, policy, defaults)
+        _add_input_flags(parser, group, policy, defaults, switch)
     except argparse.ArgumentError as exc:
         raise HisparseError([Problem("E309", f"{policy.ref}: an input flag collides with an option of "
                                      f"{parser.prog}: {exc}", policy.file)]) from None
@@ -46,7 +47,7 @@ class _Deprecated(argparse.Action):
 TYPED = "deprecated__typed"  # the namespace attribute _Deprecated keeps its order in
 
 
-def _add_input_flags(parser, group, policy, defaults: dict) -> None:
+def _add_input_flags(parser, group, policy, defaults: dict, switch) -> None:
     for name, spec in policy.inputs.items():
         help_text = spec.description or ""
         shown_default = defaults.get(name, spec.default)
@@ -55,7 +56,7 @@ def _add_input_flags(parser, group, policy, defaults: dict) -> None:
         for i, flag in enumerate(spec.flags):
             other = f"another spelling of {spec.flag}" if i else ""
             if spec.type == "bool":
-                group.add_argument(flag, dest=f"{name}__flag{i}", action=argparse.BooleanOptionalAction,
+                group.add_argument(flag, dest=f"{name}__flag{i}", action=switch,
                                    default=None, help=other or f"{help_text} (default {str(shown_default).lower()})")
             else:
                 values = "|".join(str(v) for v in spec.values)
