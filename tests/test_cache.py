@@ -13,6 +13,7 @@ import pytest
 import engine
 from engine.policy import cache
 from engine.policy import loader
+from engine.files import catalog
 from engine.files.reading import sha256
 from tests.helpers import ROOT, minimal_text, write_policy
 
@@ -52,7 +53,7 @@ def _from_cache(policy) -> bool:
 
 
 def _entry(ref):
-    path, display = loader.resolve_ref(ref)
+    path, display = catalog.resolve_ref(ref)
     with open(path, "rb") as fh:
         digest = sha256(fh.read()).hexdigest()
     return cache.entry_path(digest, display)
@@ -284,7 +285,7 @@ def test_default_location_follows_xdg(monkeypatch, tmp_path):
 
 def test_concurrent_writers_leave_one_whole_entry(folder):
     policy = _fresh_load("dsa-backends@8")
-    path, display = loader.resolve_ref("dsa-backends@8")
+    path, display = catalog.resolve_ref("dsa-backends@8")
     threads = [threading.Thread(target=cache.store, args=(policy.sha256, display, policy.doc)) for _ in range(8)]
     for t in threads:
         t.start()
