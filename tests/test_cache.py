@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import engine
-from engine.policy import cache
+from engine.files import cache
 from engine.policy import loader
 from engine.files import catalog
 from engine.files.reading import sha256
@@ -363,7 +363,7 @@ def test_a_fifo_planted_at_the_entry_path_never_hangs_a_run(folder, tmp_path, sh
     if shared:
         cache_dir.mkdir(mode=0o755)
     env = dict(os.environ, HISPARSE_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
-    probe = subprocess.run([sys.executable, "-c", "import sys; from engine.policy import cache; "
+    probe = subprocess.run([sys.executable, "-c", "import sys; from engine.files import cache; "
                             "print(cache.entry_path(sys.argv[1], sys.argv[2]))", sha256(data).hexdigest(), path],
                            env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     entry = probe.stdout.strip()

@@ -14,7 +14,7 @@ import _thread
 from collections import OrderedDict
 
 import engine.files.releases as releases
-import engine.policy.cache as cache
+import engine.files.cache as cache
 from engine.errors import PolicyError, Problem
 from engine.files.catalog import looks_like_path, resolve_ref, version_paths
 from engine.files.document import Document
