@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 
 from engine.errors import ConfigError, Problem
@@ -145,7 +146,8 @@ class Policy:
             name = self.canonical_key(key)
             removed = self.removed_keys.get(key.replace("-", "_")) if name is None and isinstance(key, str) else None
             if removed:
-                problem = Problem("C501", f"{shown(key)}: {removed[0]} was removed ({self.removed_text()})",
+                where = self.upstream.label() if self.upstream else self.ref
+                problem = Problem("C501", f"{shown(key)}: {removed[0]} was removed ({where} no longer accepts it)",
                                   file, hint=removed[1])
             elif name is None:
                 problem = unknown_key(key, sorted(self.key_map), self.input_names, file)
@@ -184,10 +186,6 @@ class Policy:
             note = " (strings are not integers: write the number without quotes)"
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
-    def removed_text(self) -> str:
-        where = self.upstream.label() if self.upstream else f"{self.ref}"
-        return f"{where} no longer accepts it"
-
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
         """Every config of the declared domain (int inputs take their representative values),
@@ -198,10 +196,7 @@ class Policy:
             yield dict(zip(names, combo))
 
     def domain_size(self) -> int:
-        n = 1
-        for spec in self.inputs.values():
-            n *= len(spec.domain())
-        return n
+        return math.prod(len(spec.domain()) for spec in self.inputs.values())
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
