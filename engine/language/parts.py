@@ -7,6 +7,7 @@ import re
 
 from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
 from engine.errors import PolicyError, Problem
+from engine.language.record import Record
 from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
@@ -63,31 +64,24 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
 
 
-class Parts:
-    """What the builder produces; `Policy` wraps it with the compiled evaluator."""
+class Parts(Record):
+    """What the builder produces, for `Policy`. inputs: the declared inputs, then the phase inputs;
+    scope: (leaves_out index, condition) of the entries that say which configs reach them;
+    applies: input -> where it means something (inputs[].applies)."""
 
-    def __init__(self):
-        self.family = ""
-        self.version = 0
-        self.description = ""
-        self.source = ""
-        self.upstream: Upstream | None = None
-        self.inputs: dict[str, InputSpec] = {}  # declared inputs then phase inputs, in order
-        self.backends: dict[str, str] = {}
-        self.phases: dict[str, PhaseSpec] = {}
-        self.tables: dict[str, Table] = {}
-        self.stages: dict[str, Stage] = {}
-        # the leaves_out entries that say which configs reach them: (entry index, condition)
-        self.scope: list[tuple[int, object]] = []
-        self.applies: dict[str, object] = {}  # input -> where it means something (inputs[].applies)
-        self.capabilities: dict[str, Capability] = {}
+    FIELDS = ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases", "tables",
+              "stages", "scope", "applies", "capabilities")
+    __slots__ = FIELDS
+    DEFAULTS = {"upstream": None, "inputs": dict, "backends": dict, "phases": dict, "tables": dict, "stages": dict,
+                "scope": list, "applies": dict, "capabilities": dict}
 
 
 class Builder:
     def __init__(self, doc: Document):
         self.doc = doc
         self.problems: list[Problem] = []
-        self.parts = Parts()
+        d = doc.data
+        self.parts = Parts(d["policy"], d["version"], d["description"].strip(), d.get("source", "").strip())
 
     # -- helpers -----------------------------------------------------------------------------
     def problem(self, code, message, path, key=False, hint=""):
@@ -104,8 +98,6 @@ class Builder:
     def build(self) -> Parts:
         d = self.doc.data
         p = self.parts
-        p.family, p.version = d["policy"], d["version"]
-        p.description, p.source = d["description"].strip(), d.get("source", "").strip()
         self._placement()
         if "upstream" in d:
             u = d["upstream"]

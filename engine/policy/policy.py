@@ -20,10 +20,8 @@ class Policy:
     """
 
     def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
-        for key in ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases",
-                    "tables", "stages", "applies", "capabilities"):
+        for key in parts.FIELDS:  # scope: ((leaves_out index, condition), ...): see Decision.in_scope
             setattr(self, key, getattr(parts, key))
-        self.scope = parts.scope  # ((leaves_out index, condition), ...): see Decision.in_scope
         self.file = file  # as shown in messages
         self.path = path or file  # where it was read from
         self.sha256 = sha256
