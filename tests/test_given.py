@@ -246,6 +246,19 @@ def test_unrelated_flags_with_several_values_are_still_skipped():
     assert notes == []
 
 
+def test_a_launch_command_past_the_word_limit_is_refused_unparsed():
+    """argparse's time grows with the square of the options given: a command longer than any real
+    one is refused before it is parsed, and one at the limit is read."""
+    from engine.sglang import config_from_launch
+    from engine.sglang.launch import MOST_WORDS
+
+    policy = engine.load_policy(V3)
+    words = ["--model-path", "zai-org/GLM-5"] + ["--tp", "8"] * ((MOST_WORDS - 2) // 2)
+    assert config_from_launch(policy, words)[0]["dsa_model"] is True
+    with pytest.raises(engine.ConfigError, match=f"a launch command of {MOST_WORDS + 2:,} words: at most"):
+        config_from_launch(policy, words + ["--tp", "8"])
+
+
 def test_sglang_serve_reads_a_first_bare_word_as_the_model_path():
     """`sglang serve MODEL ...` (SGLang 0.5.16 on) is `--model-path MODEL`; the launcher's other
     spellings take no positional."""

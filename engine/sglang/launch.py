@@ -21,9 +21,12 @@ from engine.errors import ConfigError, Problem
 from engine.sglang.argv import add_input_flags, flag_values
 from engine.sglang.given import DASHES, combine, read_layer, typographic_dash
 from engine.suggest import near_miss
-from engine.values import shown
+from engine.values import clip, shown
 
 _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
+# argparse's time grows with the square of the options given (it looks for the next option from
+# each one); a real launch command has some hundreds of words
+MOST_WORDS = 10_000
 
 
 def launch_args(tokens: list[str]) -> list[str]:
@@ -84,12 +87,14 @@ def launch_layers(policy, tokens: list[str]):
     """(layers, notes) of a launch command: its --config file (if any), then its command line.
     Raises ConfigError listing every problem."""
     words = [_Word(word) for word in launch_args(tokens)]
+    if len(words) > MOST_WORDS:
+        raise ConfigError([Problem("C501", f"a launch command of {len(words):,} words: at most {MOST_WORDS:,} are read")])
     reader = _Reader(policy)
     problems: list[Problem] = []
     try:
         ns, unread = reader.parse_known_args(words)
     except argparse.ArgumentError as exc:  # the first, where SGLang's parser stops too
-        problems.append(Problem("C503", f"{exc}: SGLang's parser refuses it"))
+        problems.append(Problem("C503", f"{clip(str(exc), 400)}: SGLang's parser refuses it"))
         ns, unread = None, []
     unread = {id(word) for word in unread}
     option, owned = "", False  # the last option, and whether the words after it are its own
@@ -102,8 +107,8 @@ def launch_layers(policy, tokens: list[str]):
             problems.append(Problem("C501", f"unrecognized arguments {shown(' '.join(words[i:]))}: SGLang's "
                                     "parser refuses them"))
             break
-        elif _dash_flag(word) or reader.is_option(word):  # an option SGLang's parser may know
-            option, owned = flag, "=" not in word  # the words after it, its value
+        elif _dash_flag(word) or reader.is_option(word):  # a flag the policy does not read
+            option, owned = flag, "=" not in word  # the words after it are its values, unless it has one
             hint = _near_routing_flag(flag, reader.known, policy)
             if hint and flag.startswith("--"):
                 problems.append(Problem("C501", f"unknown flag {shown(flag)}", hint=hint))
@@ -111,7 +116,7 @@ def launch_layers(policy, tokens: list[str]):
                 problems.append(Problem("C501", f"unrecognized argument {shown(word)}: SGLang's parser refuses "
                                         "it", hint=hint))
         elif not owned:  # a word no option takes
-            why = f" after {option}" if option else ""
+            why = f" after {clip(option)}" if option else ""
             problems.append(Problem("C501", f"unrecognized argument {shown(word)}{why}: SGLang's parser refuses it"))
     from engine.sglang.config_files import config_layer
 
