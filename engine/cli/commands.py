@@ -12,8 +12,9 @@ import sys
 
 from engine.errors import HisparseError, MissingDependency
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_input_flags, add_policy_options, combined, count_arg, int_arg,
-                                layers_from_args, percent_arg, print_problems, split_launch)
+                                add_policy_options, combined, count_arg, layers_from_args, percent_arg,
+                                print_problems, split_launch)
+from engine.sglang.argv import add_input_flags, int_arg
 from engine.cli.output import OutputError, SafeStream, silence
 from engine.cli.policies import cmd_policies
 from engine.progress import Progress
@@ -228,7 +229,7 @@ def _conform_policy(ns, load_policy):
     or no version models its release (also said)."""
     from engine.errors import PolicyError
     from engine.files.shipped import default_policy_ref
-    from engine.policy.releases import INSTALLED, installed_release
+    from engine.files.releases import INSTALLED, installed_release
 
     if ns.policy is not None or os.environ.get("HISPARSE_POLICY") is not None:
         return load_policy(policy_ref(ns.policy), ns.policy_dir)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.cli.options import (ERROR, VIOLATION, Parser, UsageError, add_input_flags, add_policy_options,
-                                combined, layers_from_args, policy_from_argv, split_launch)
+from engine.cli.options import (ERROR, VIOLATION, Parser, UsageError, add_policy_options, combined,
+                                layers_from_args, policy_from_argv, split_launch)
+from engine.sglang.argv import add_input_flags
 
 
 def cmd_launch(argv) -> int:
@@ -72,7 +73,7 @@ def _ref_for_plugin(policy, given: str | None) -> str:
     """The policy that was judged, for the plugin: its file when named by a path, else FAMILY@N
     (the version now newest, so both sides use the same one)."""
     from engine.files.shipped import policy_ref
-    from engine.policy.loader import looks_like_path
+    from engine.files.catalog import looks_like_path
 
     if looks_like_path(policy_ref(given)):
         return os.path.abspath(policy.file)
