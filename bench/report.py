@@ -137,35 +137,39 @@ def performance_notes() -> str:
   its deep lint {an['check_large']['cpu_s']} s, its diff from v8 (both evaluated on every config) {an['diff_v8_large']['cpu_s']} s.""")
     lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
   decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
-  `torch.matmul` on the same FLOPs. FP8 rows are dequantised through a 256-entry table of code values
-  (torch's own float8 -> float32 conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a
+  `torch.matmul` on the same FLOPs. FP8 rows whose scales are powers of two from 2^-126 to 2^7 (all
+  the quantizer writes for |x| up to 57,344) are dequantised without a table: each code's sign and 7
+  magnitude bits are moved into a float's bits and multiplied by 2^(e + 120), bit-identical to the
+  table; other rows go through a 256-entry table of code values (torch's own float8 -> float32
+  conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a
   baseline that writes the same bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same
   preallocated bf16 [n, 576] output), `dequantize_kv_fp8` runs at {_curve(dq, 'ratio')} of its speed
   from {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(dq, 'dequantize_gbs')} GB/s written against
-  {_curve(dq, 'convert_gbs')} GB/s; `bench/results/kernels_dequant_vs_rows.png`): the table look-up, the
-  scale and the bf16 rounding are several passes where the conversion is one. With fresh outputs
+  {_curve(dq, 'convert_gbs')} GB/s; `bench/results/kernels_dequant_vs_rows.png`): widening, shifting,
+  masking and the scale product with its bf16 rounding are four passes where the conversion is one. With fresh outputs
   instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows ({dq['curve'][-1]['bytes_written'] / 1e6:.0f} MB
   written) cost more than the work: the ratio there is {dq['curve'][-1]['fresh_ratio']}, a size artefact, not a
   speed. Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
   batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): a code goes through an int32 index, a table
-  look-up, the scale product and the bf16 rounding, each a pass over the rows. What could narrow it:
-  since every scale is a power of two, adding its exponent to the bf16 bits of the code's value (a
-  256-entry table of bf16 bits; zero and NaN codes left as they are) in integer arithmetic, or a
-  compiled kernel doing it in one pass."""))
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the four passes above (and a look for NaN
+  codes) against one; the product cannot become an integer add to the exponent, which would be wrong
+  for zero and subnormal codes. What could close it: a compiled kernel doing it in one pass."""))
     hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
   FP8 rows; {bf16['ratio']}x for BF16 rows). The floor is the copy no translation can avoid: the
   same rows, one gather and one scatter of 8-byte words, timed with the rows out of the cache.""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, looking every position up,
-  ranking the misses by first appearance, and rebuilding the LRU order of every slot of every
-  request (about ten passes over 64 x 4096 slots, in scratch reused from step to step, so no pass
-  pays page faults), each pass reading state the copy has pushed out of the cache; the ratio falls
+  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, one gather looking every
+  position up, compacting the misses and checking them for repeats, and re-ranking the LRU order
+  of every slot of every request (a gather, a running count and a scatter over 64 x 4096 slots,
+  int32 masks in scratch reused from step to step, so no pass pays page faults), each pass
+  reading state the copy and the flush before it pushed out of the cache; the ratio falls
   as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64: `hotbuffer_vs_batch.png`). What
-  would close it: touching only the slots a step changes (here still half of them: 2,048 of
-  4,096), or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
+  would close it: touching only the slots a step changes, which an explicit LRU list cannot do (a
+  hit moves to the back, so every slot behind the first hit changes place: here 2,048 plus the
+  misses of 4,096); an order kept as timestamps would, at the price of a compaction every few
+  steps; or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
   asynchronous, overlapping the previous step's kernel).""")
     lines.append(hot)
     for key in missed:  # a goal missed in this run without a note of its own above
