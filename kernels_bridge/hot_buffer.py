@@ -276,6 +276,7 @@ class HotBuffer:
         # The LRU bookkeeping's [n, B] temporaries live here between steps (_scratch): a fresh
         # multi-megabyte tensor per step costs more in page faults than the arithmetic done in it.
         self._scratch: dict = {}
+        self._scratch_views: dict = {}
         self._all_requests = torch.arange(num_requests, device=dev)
         self._lru_next = torch.empty_like(self._lru)  # a whole-batch step writes the new order here
         # Constant [R * B] vectors a step takes prefixes of: entry ids, the tags that test the
@@ -453,8 +454,8 @@ class HotBuffer:
         Raises:
             HotBufferError: before any state change, on a bad argument.
         """
-        rid, lens, pos = self._validate(req_ids, seq_lens, positions)
-        return self._apply(rid, lens, pos)
+        rid, lens, pos, row_max = self._validate(req_ids, seq_lens, positions)
+        return self._apply(rid, lens, pos, row_max)
 
     # ------------------------------------------------------------------ validation
     def _check_req_scalar(self, req_id) -> int:
@@ -510,8 +511,9 @@ class HotBuffer:
         return t.to(self._device)
 
     def _validate(self, req_ids, seq_lens, positions):
-        """Check everything a translate needs; returns rid int64 [n], lens int64 [n] and
-        pos int32 [n, k] on the device (int32 once its range is known to fit)."""
+        """Check everything a translate needs; returns rid int64 [n], lens int64 [n],
+        pos int32 [n, k] on the device (int32 once its range is known to fit) and the largest
+        position of each row, int64 [n] (-1 for an empty top-k)."""
         rid = self._int_tensor("req_ids", req_ids, 1, "[n]")
         n = rid.shape[0]
         lens = self._int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}")
@@ -533,9 +535,12 @@ class HotBuffer:
         rid, lens = rid.long(), lens.long()
         if n == 0 or top_k == 0:
             low = high = torch.zeros((), dtype=torch.bool, device=self._device)
+            row_max = torch.full((n,), -1, dtype=torch.int64, device=self._device)
         else:
-            low = pos.amin() < -1
-            high = (pos.amax(1).long() >= lens).any()
+            # a whole-tensor aminmax and a per-row amax: both several times cheaper than amin
+            low = torch.aminmax(pos).min < -1
+            row_max = pos.amax(1).long()  # also says which rows ask for their newest token
+            high = (row_max >= lens).any()
         # All range checks in one host sync; details are computed only on the error path.
         bad_rid = (rid < 0) | (rid >= self._num_requests)
         srt = torch.sort(rid).values
@@ -566,11 +571,12 @@ class HotBuffer:
                 f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
                 f"(padding) or 0 <= position < seq_len {int(lens[i])}"
             )
-        return rid, lens, pos.to(torch.int32).contiguous()
+        return rid, lens, pos.to(torch.int32).contiguous(), row_max
 
     # ------------------------------------------------------------------ the work
-    def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Translate validated inputs on the device: rid, lens int64 [n]; pos int32 [n, k]."""
+    def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor,
+               row_max: torch.Tensor) -> torch.Tensor:
+        """Translate validated inputs on the device: rid, lens, row_max int64 [n]; pos int32 [n, k]."""
         n, top_k = pos.shape
         self._stats[0] += 1
         if n == 0:
@@ -584,7 +590,7 @@ class HotBuffer:
         n_short = int(short.sum())
         if n_short in (0, n):  # one group: no splitting and merging
             fn = self._translate_short if n_short else self._translate_long
-            out, src, dst, hits, misses = fn(rid, lens, pos)
+            out, src, dst, hits, misses = fn(rid, lens, pos, row_max)
         else:
             out = torch.empty((n, top_k), dtype=torch.int32, device=self._device)
             srcs, dsts, hits, misses = [], [], 0, 0
@@ -592,7 +598,7 @@ class HotBuffer:
                 (short.nonzero().squeeze(1), self._translate_short),
                 ((~short).nonzero().squeeze(1), self._translate_long),
             ):
-                res, s, d, h, m = fn(rid[rows], lens[rows], pos[rows])
+                res, s, d, h, m = fn(rid[rows], lens[rows], pos[rows], row_max[rows])
                 out[rows] = res
                 srcs.append(s)
                 dsts.append(d)
@@ -616,11 +622,12 @@ class HotBuffer:
         newest = self._newest_pos[rid]
         self._newest_pos[rid] = torch.where(newest >= lens, -1, newest)
 
-    def _translate_short(self, rid, lens, pos):
+    def _translate_short(self, rid, lens, pos, row_max):
         """seq_len <= B: slot = position; make the whole prefix resident in order.
 
-        rid, lens int64 [m]; pos int32 [m, k]. Returns (out int32 [m, k], src int64 [c] flat
-        host rows, dst int64 [c] buffer rows, hits, misses as 0-d int64 tensors).
+        rid, lens, row_max int64 [m] (row_max unused here); pos int32 [m, k]. Returns (out
+        int32 [m, k], src int64 [c] flat host rows, dst int64 [c] buffer rows, hits, misses as
+        0-d int64 tensors).
         """
         m = rid.shape[0]
         B, S = self._buffer_size, self._max_seq_len
@@ -650,10 +657,10 @@ class HotBuffer:
         out = pos + (pos >= 0) * (rid * self._stride).to(torch.int32)[:, None]
         return out, r * S + s, r * self._stride + s, hits, misses
 
-    def _translate_long(self, rid, lens, pos):
+    def _translate_long(self, rid, lens, pos, row_max):
         """seq_len > B: LRU over slots 0..B-1, newest token in the reserved slot B.
 
-        rid, lens int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
+        rid, lens, row_max int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
         On the CPU the cost of this bookkeeping is memory traffic, so: every [g, k] and [g, B]
         temporary is scratch kept between steps, written with out= or in place (a fresh
         multi-megabyte tensor costs more in page faults than the arithmetic done in it); masks
@@ -761,7 +768,7 @@ class HotBuffer:
         # The reserved slot always holds the newest token.
         refresh = self._newest_pos.index_select(0, rid) != newest
         self._newest_pos.index_copy_(0, rid, newest)
-        newest_asked = is_newest.any(1)
+        newest_asked = row_max == newest  # positions are below seq_len: asked iff the row's largest
         hits = n_hit.sum() + (newest_asked & ~refresh).sum()
         misses = n_miss.sum() + (newest_asked & refresh).sum()
         rr = rid[refresh]
@@ -781,7 +788,12 @@ class HotBuffer:
 
     def _ws(self, name: str, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
         """Scratch tensor `name` of `shape`, kept between steps (its contents are whatever the
-        last step left). At most [num_requests, buffer_size + 1] each: bytes_needed counts them."""
+        last step left). At most [num_requests, buffer_size + 1] each: bytes_needed counts them.
+        The view of each (name, shape, dtype) is kept too: steps of one shape make no new views."""
+        key = (name, shape, dtype)
+        view = self._scratch_views.get(key)
+        if view is not None:
+            return view
         count = 1
         for n in shape:
             count *= n
@@ -789,7 +801,12 @@ class HotBuffer:
         if buf is None or buf.numel() < count or buf.dtype != dtype:
             buf = torch.empty(max(count, 1), dtype=dtype, device=self._device)
             self._scratch[name] = buf
-        return buf[:count].view(shape)
+            # views of the old block would keep it alive: drop them
+            self._scratch_views = {k: v for k, v in self._scratch_views.items() if k[0] != name}
+        if len(self._scratch_views) >= 256:  # many shapes seen: start over rather than grow
+            self._scratch_views = {}
+        view = self._scratch_views[key] = buf[:count].view(shape)
+        return view
 
     def _copy_rows(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """buffer[dst[i]] = host_rows[src[i]] for all i: a gather into a staging buffer and one
