@@ -1,0 +1,353 @@
+"""Classes of configs that the rules cannot tell apart, so that whole-domain analyses evaluate one
+config per class instead of every config.
+
+Most inputs matter only on some paths (sm_minor only where a TileLang FP8 check is reached,
+disable_radix_cache only with HiSparse), so a domain of hundreds of thousands of configs falls into
+a few thousand classes that each follow one path: every condition the bulk evaluator tests, and
+every value the analysis reads, is the same on all configs of a class. A class is a cube (a set of
+value indices per input); its first config in domain order (the smallest index on every axis)
+stands for it and is evaluated by the bulk evaluator like any other config, so every result, count
+and counterexample is still the evaluator's.
+
+The classes are found by walking the stages over cubes: a condition is evaluated, by the
+language's own eval, on every combination of the values of the inputs it reads; where it is not
+the same on all of them, the cube is split along one of those inputs into groups of values that
+decide it alike, and each part is walked on. Past a work budget the walk gives up and the caller
+enumerates configs one by one.
+"""
+from __future__ import annotations
+
+import itertools
+
+from engine.language.conditions import TrueCond
+
+_LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
+_IF, _FORK, _FIRST, _SET, _SRC, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(12)
+
+
+class Const:
+    """A name bound to a fixed value (`phase` in a per-phase check)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Test:
+    """fn(env, user_set) -> a hashable result, reading the current values of `names` (names no
+    input has are left out of env). by_source: user_set says whether the user's value is still the
+    phase's backend, as the lint reads it; otherwise whether the phase's input was given."""
+
+    __slots__ = ("fn", "names", "by_source")
+
+    def __init__(self, fn, names, by_source=False):
+        self.fn, self.names, self.by_source = fn, tuple(sorted(names)), by_source
+
+
+def _cond(c) -> Test:
+    return Test(c.eval, c.inputs())
+
+
+def _values(names) -> Test:
+    names = tuple(sorted(names))
+    return Test(lambda env, us: tuple(env.get(n) for n in names), names)
+
+
+class _Program:
+    """The stages as a list of steps over cubes, in the bulk evaluator's order."""
+
+    def __init__(self, policy, lint: bool, extra=()):
+        self.ops: list = []
+        self.policy = policy
+        phases = policy.phases
+        self.finals: list[int] = []  # _GOTO steps to patch to the end
+        for spec in phases.values():  # whether the user set each phase: fixed on a whole class
+            self.op(_FORK, Test(lambda env, us, n=spec.input: env[n] is None, [spec.input]), None)
+        after = []
+        for index, cond in policy.scope:  # the first leaves_out entry that holds
+            at = self.op(_IF, _cond(cond), None, None)
+            self.op(_SCOPE, index)
+            after.append(self.op(_GOTO, None))
+            self.ops[at] = self.ops[at][:3] + (len(self.ops),)
+        self.patch(after)
+        self.resolve(lint)
+        self.defaults(lint)
+        early, late = policy.check_order
+        if early:
+            self.checks(early, lint)
+            self.op(_STOP)
+        self.checks(late, lint)
+        self.final = len(self.ops)  # where every way an evaluation ends goes on
+        self.patch(self.finals)
+        if lint:  # what the capability scan reads on an accepted config in scope
+            self.op(_CLEAN)
+            for i, spec in enumerate(phases.values()):
+                self.op(_FORK, _values([spec.input]), None)
+                self.op(_CAP, i)
+        else:  # what an outcome holds: resolved values, backends, given values the caller names
+            names = list(policy.written) + [spec.input for spec in phases.values()] + list(extra)
+            for name in names:
+                self.op(_FORK, _values([name]), None)
+        self.op(_END)
+
+    def op(self, *step) -> int:
+        self.ops.append(step)
+        return len(self.ops) - 1
+
+    def patch(self, at: list[int], target: int | None = None) -> None:
+        for i in at:
+            self.ops[i] = self.ops[i][:-1] + (len(self.ops) if target is None else target,)
+
+    def when(self, cond, bind=None) -> int | None:
+        """An _IF on `cond` to patch with where to go when it does not hold (None: always holds)."""
+        return None if isinstance(cond, TrueCond) else self.op(_IF, _cond(cond), bind, None)
+
+    def fields(self, template, lint: bool, first: bool = False, bind=None, table=None) -> None:
+        """Split on what a rendered line reads (an outcome holds its text; the lint reads none)."""
+        if lint or template is None:
+            return
+        phases = self.policy.phases
+        names = set()
+        for f in template.fields:
+            if f.name == "allowed" and table is not None:
+                names |= table.keys_read()
+            else:
+                names.add(phases[f.name].input if f.name in phases else f.name)
+        self.op(_FIRST if first else _FORK, _values(names), bind)
+
+    def resolve(self, lint: bool) -> None:
+        policy = self.policy
+        stage = policy.stages["resolve"]
+        skip = self.when(stage.when)
+        for rule in stage.rules:
+            nxt = self.when(rule.when)
+            if rule.require is not None:
+                ok = self.op(_IF, _cond(rule.require), None, None)
+                fail = self.op(_GOTO, None)
+                self.patch([ok])
+                self.fields(rule.message, lint, first=True)
+                self.op(_VIOL)
+                self.finals.append(self.op(_GOTO, None))
+                self.patch([fail])
+            for name, value in rule.set.items():
+                phase = policy.inputs[name].phase
+                self.op(_SET, name, value)
+                if phase is not None:
+                    self.op(_SRC, policy.phase_names.index(phase), rule.name)
+            self.fields(rule.log, lint)
+            self.patch([i for i in (nxt,) if i is not None])
+        self.patch([i for i in (skip,) if i is not None])
+
+    def defaults(self, lint: bool) -> None:
+        policy = self.policy
+        stage = policy.stages["defaults"]
+        skip = self.when(stage.when)
+        if lint:  # the counting evaluator tests every default's condition
+            for rule in stage.rules:
+                self.op(_FORK, _cond(rule.when), None)
+        done = []
+        for rule in stage.rules:
+            nxt = self.when(rule.when)
+            for ph, backend in rule.set.items():
+                name = policy.phases[ph].input
+                unset = self.op(_IF, Test(lambda env, us, n=name: env[n] is None, [name]), None, None)
+                self.op(_SET, name, backend)
+                self.op(_SRC, policy.phase_names.index(ph), rule.name)
+                self.patch([unset])
+            self.fields(rule.log, lint)
+            done.append(self.op(_GOTO, None))
+            if nxt is None:
+                break  # an unconditional default always wins
+            self.patch([nxt])
+        self.patch(done + [i for i in (skip,) if i is not None])
+
+    def checks(self, rules, lint: bool) -> None:
+        policy = self.policy
+        skip = self.when(policy.stages["checks"].when)
+        for rule in rules:
+            for ph in (policy.phase_names if rule.for_each_phase else (None,)):
+                bind = None if ph is None else {"backend": policy.phases[ph].input, "phase": Const(ph)}
+                nxt = self.when(rule.when, bind)
+                if rule.require is not None:
+                    test = _cond(rule.require)
+                else:
+                    table = rule.allowed
+                    test = Test(lambda env, us, t=table: env.get("backend") in t.lookup(env),
+                                table.keys_read() | {"backend"})
+                ok = self.op(_IF, test, bind, None)
+                passed = self.op(_GOTO, None)
+                self.patch([ok])
+                self.fields(rule.message, lint, first=True, bind=bind, table=rule.allowed)
+                self.op(_VIOL)
+                self.patch([passed] + [i for i in (nxt,) if i is not None])
+        self.patch([i for i in (skip,) if i is not None])
+
+
+class Classes:
+    """The classes of `domains` (value lists in the policy's input order) under `policy`."""
+
+    def __init__(self, policy, domains: list[list], lint: bool, extra=(), admitting=None):
+        self.policy, self.domains, self.lint = policy, domains, lint
+        # (fn(phase, backend, env) -> the check admitting a user's backend, the inputs it reads)
+        self.admitting = admitting
+        self.axis = {name: i for i, name in enumerate(policy.input_names)}
+        self.program = _Program(policy, lint, extra)
+        self.phase_axes = [self.axis[spec.input] for spec in policy.phases.values()]
+        self.cache: dict = {}
+        self.caps: dict = {}  # (phase, backend) -> (capability test, admitting-check test)
+        self.work = 0
+
+    def cubes(self, budget: int) -> list[tuple] | None:
+        """The classes as cubes (tuples of value-index tuples), in domain order of their first
+        configs; None once the walk has done more than `budget` steps."""
+        ops, final = self.program.ops, self.program.final
+        n = len(self.policy.phases)
+        stack = [(0, tuple(tuple(range(len(d))) for d in self.domains), {}, (None,) * n, 0, None)]
+        leaves = []
+        while stack:
+            pc, cube, consts, sources, viol, scope = stack.pop()
+            while True:
+                self.work += 1
+                op = ops[pc]
+                kind = op[0]
+                if kind <= _FIRST:
+                    if kind == _FIRST and viol:
+                        pc += 1
+                        continue
+                    hit = self.value(op[1], op[2], cube, consts, sources)
+                    if hit[0]:  # split: each part starts over at this step
+                        a, groups = hit[1], hit[2]
+                        for g in reversed(groups):
+                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope))
+                        break
+                    pc = op[3] if kind == _IF and not hit[1] else pc + 1
+                elif kind == _SET:
+                    consts = dict(consts)
+                    consts[op[1]] = op[2]
+                    pc += 1
+                elif kind == _SRC:
+                    sources = sources[:op[1]] + (op[2],) + sources[op[1] + 1:]
+                    pc += 1
+                elif kind == _SCOPE:
+                    scope = op[1]
+                    pc += 1
+                elif kind == _VIOL:
+                    viol += 1
+                    pc += 1
+                elif kind == _STOP:
+                    pc = final if viol else pc + 1
+                elif kind == _GOTO:
+                    pc = op[1]
+                elif kind == _CLEAN:
+                    pc = len(ops) - 1 if viol or scope is not None else pc + 1
+                elif kind == _CAP:
+                    split = self.capability(op[1], cube, consts, sources)
+                    if split is not None:
+                        a, groups = split
+                        for g in reversed(groups):
+                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope))
+                        break
+                    pc += 1
+                else:
+                    leaves.append(cube)
+                    break
+            if self.work > budget:
+                return None
+        leaves.sort(key=lambda c: tuple(s[0] for s in c))
+        return leaves
+
+    def value(self, test: Test, bind, cube, consts, sources) -> tuple:
+        """(False, result) when `test` gives one result on the whole cube, else (True, axis, groups):
+        the cube's values on that axis in groups that decide it alike (on the other axes)."""
+        env = {}
+        free = []
+        for name in test.names:
+            src = bind.get(name, name) if bind else name
+            if type(src) is Const:
+                env[name] = src.value
+            elif src in consts:
+                env[name] = consts[src]
+            elif src in self.axis:
+                free.append((name, self.axis[src]))
+        if test.by_source:
+            us = tuple(s == "user" for s in sources)
+        else:
+            us = tuple(self.domains[a][cube[a][0]] is not None for a in self.phase_axes)
+        axes = list(dict.fromkeys(a for _, a in free))
+        key = (id(test), tuple(env.items()), tuple((a, cube[a]) for a in axes), us, bind is None)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        sets = [cube[a] for a in axes]
+        count = 1
+        for s in sets:
+            count *= len(s)
+        if count > _LIMIT:  # too many combinations: split the widest axis into single values
+            k = max(range(len(sets)), key=lambda i: len(sets[i]))
+            hit = self.cache[key] = (True, axes[k], [(v,) for v in sets[k]])
+            return hit
+        user_set = dict(zip(self.policy.phase_names, us))
+        where = [(name, axes.index(a), self.domains[a]) for name, a in free]
+        results = []
+        for combo in itertools.product(*sets):
+            for name, k, dom in where:
+                env[name] = dom[combo[k]]
+            results.append(test.fn(env, user_set))
+        self.work += count
+        first = results[0]
+        if all(r == first and type(r) is type(first) for r in results):
+            hit = (False, first)
+        else:
+            hit = (True,) + _best_split(axes, sets, results)
+        self.cache[key] = hit
+        return hit
+
+    def capability(self, i: int, cube, consts, sources):
+        """For the capability scan: split until phase i's verdict and admitting check are the same
+        on the whole cube (its backend already is); None when they are."""
+        policy = self.policy
+        ph = policy.phase_names[i]
+        name = policy.phases[ph].input
+        backend = consts[name] if name in consts else self.domains[self.axis[name]][cube[self.axis[name]][0]]
+        cap = policy.capabilities.get(backend)
+        if cap is None:
+            return None
+        tests = self.caps.get((ph, backend))
+        if tests is None:
+            tests = self.caps[(ph, backend)] = self.capability_tests(ph, backend, cap)
+        verdict = self.value(tests[0], None, cube, consts, sources)
+        if verdict[0]:
+            return verdict[1:]
+        if verdict[1][0] or sources[i] != "user":
+            return None
+        admitted = self.value(tests[1], None, cube, consts, sources)
+        return admitted[1:] if admitted[0] else None
+
+    def capability_tests(self, ph, backend, cap):
+        reads = set().union(*[e.when.inputs() for e in cap.runs + cap.gaps] or [set()]) & set(self.axis)
+        verdict = Test(lambda env, us: (cap.can_run(ph, env, us), id(cap.gap(ph, env, us))), reads, by_source=True)
+        admit, reads = self.admitting
+        return verdict, Test(lambda env, us: id(admit(ph, backend, env)), set(reads) & set(self.axis))
+
+
+def _best_split(axes: list[int], sets: list[tuple], results: list) -> tuple:
+    """(axis, groups): of the axes, the one whose values fall into the fewest groups that give the
+    same results on every combination of the others (groups in order of their first value)."""
+    best = None
+    sizes = [len(s) for s in sets]
+    for k, a in enumerate(axes):
+        if sizes[k] == 1:
+            continue
+        inner = 1
+        for s in sizes[k + 1:]:
+            inner *= s
+        outer = len(results) // (inner * sizes[k])
+        groups: dict = {}
+        for j, v in enumerate(sets[k]):
+            column = tuple((r, type(r)) for o in range(outer)
+                           for r in results[(o * sizes[k] + j) * inner:(o * sizes[k] + j + 1) * inner])
+            groups.setdefault(column, []).append(v)
+        if len(groups) > 1 and (best is None or len(groups) < len(best[1])):
+            best = (a, [tuple(g) for g in groups.values()])
+    return best
