@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import itertools
 
-from engine.language.conditions import TrueCond
+from engine.language.conditions import All, Any, Not, TrueCond, UserSet
 
 _LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
-_IF, _FORK, _FIRST, _SET, _SRC, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(12)
+_IF, _FORK, _READ, _FIRST, _SET, _SRC, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(13)
 
 
 class Const:
@@ -36,17 +36,23 @@ class Const:
 
 class Test:
     """fn(env, user_set) -> a hashable result, reading the current values of `names` (names no
-    input has are left out of env). by_source: user_set says whether the user's value is still the
-    phase's backend, as the lint reads it; otherwise whether the phase's input was given."""
+    input has are left out of env). user: fn reads user_set; by_source: user_set says whether the
+    user's value is still the phase's backend, as the lint reads it, else whether the phase's input
+    was given. A condition's all/any/not is kept as `kind` over `items`, so that a cube is split
+    on the first part that is not decided on all of it, not on every input the whole reads."""
 
-    __slots__ = ("fn", "names", "by_source")
+    __slots__ = ("fn", "names", "user", "by_source", "kind", "items")
 
-    def __init__(self, fn, names, by_source=False):
-        self.fn, self.names, self.by_source = fn, tuple(sorted(names)), by_source
+    def __init__(self, fn, names, user=False, by_source=False, kind=None, items=()):
+        self.fn, self.names, self.user, self.by_source = fn, tuple(sorted(names)), user or by_source, by_source
+        self.kind, self.items = kind, items
 
 
 def _cond(c) -> Test:
-    return Test(c.eval, c.inputs())
+    kind = {All: "all", Any: "any", Not: "not"}.get(type(c))
+    if kind is not None:
+        return Test(None, (), kind=kind, items=[_cond(i) for i in (c.items if kind != "not" else (c.item,))])
+    return Test(c.eval, c.inputs(), user=any(isinstance(a, UserSet) for a in c.atoms()))
 
 
 def _values(names) -> Test:
@@ -87,8 +93,7 @@ class _Program:
                 self.op(_CAP, i)
         else:  # what an outcome holds: resolved values, backends, given values the caller names
             names = list(policy.written) + [spec.input for spec in phases.values()] + list(extra)
-            for name in names:
-                self.op(_FORK, _values([name]), None)
+            self.op(_READ, _values(names), None)
         self.op(_END)
 
     def op(self, *step) -> int:
@@ -104,7 +109,8 @@ class _Program:
         return None if isinstance(cond, TrueCond) else self.op(_IF, _cond(cond), bind, None)
 
     def fields(self, template, lint: bool, first: bool = False, bind=None, table=None) -> None:
-        """Split on what a rendered line reads (an outcome holds its text; the lint reads none)."""
+        """Note the inputs a rendered line reads (an outcome holds its text; the lint reads none);
+        `first`: a violation's message, which an outcome holds only for the first."""
         if lint or template is None:
             return
         phases = self.policy.phases
@@ -114,7 +120,7 @@ class _Program:
                 names |= table.keys_read()
             else:
                 names.add(phases[f.name].input if f.name in phases else f.name)
-        self.op(_FIRST if first else _FORK, _values(names), bind)
+        self.op(_FIRST if first else _READ, _values(names), bind)
 
     def resolve(self, lint: bool) -> None:
         policy = self.policy
@@ -194,32 +200,36 @@ class Classes:
         self.axis = {name: i for i, name in enumerate(policy.input_names)}
         self.program = _Program(policy, lint, extra)
         self.phase_axes = [self.axis[spec.input] for spec in policy.phases.values()]
-        self.cache: dict = {}
+        self.cache: dict = {}  # (plan, what it reads of the cube) -> value()
+        self.plans: dict = {}  # (test, bind) -> [(name, fixed value or input, fixed)]
         self.caps: dict = {}  # (phase, backend) -> (capability test, admitting-check test)
         self.work = 0
 
     def cubes(self, budget: int) -> list[tuple] | None:
-        """The classes as cubes (tuples of value-index tuples), in domain order of their first
+        """The classes as (cube, axes): a cube is a tuple of value-index tuples, one per axis;
+        axes: those whose value an outcome shows (passed through or rendered into a line), on
+        which its outcome may still differ (never for the lint). In domain order of their first
         configs; None once the walk has done more than `budget` steps."""
         ops, final = self.program.ops, self.program.final
         n = len(self.policy.phases)
-        stack = [(0, tuple(tuple(range(len(d))) for d in self.domains), {}, (None,) * n, 0, None)]
+        stack = [(0, tuple(tuple(range(len(d))) for d in self.domains), {}, (None,) * n, 0, None, frozenset())]
         leaves = []
         while stack:
-            pc, cube, consts, sources, viol, scope = stack.pop()
+            pc, cube, consts, sources, viol, scope, reads = stack.pop()
             while True:
                 self.work += 1
                 op = ops[pc]
                 kind = op[0]
-                if kind <= _FIRST:
-                    if kind == _FIRST and viol:
-                        pc += 1
-                        continue
+                if kind == _READ or kind == _FIRST:
+                    if kind == _READ or not viol:
+                        reads = reads | self.reads(op[1], op[2], consts)
+                    pc += 1
+                elif kind <= _FORK:
                     hit = self.value(op[1], op[2], cube, consts, sources)
                     if hit[0]:  # split: each part starts over at this step
                         a, groups = hit[1], hit[2]
                         for g in reversed(groups):
-                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope))
+                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope, reads))
                         break
                     pc = op[3] if kind == _IF and not hit[1] else pc + 1
                 elif kind == _SET:
@@ -246,47 +256,89 @@ class Classes:
                     if split is not None:
                         a, groups = split
                         for g in reversed(groups):
-                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope))
+                            stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope, reads))
                         break
                     pc += 1
                 else:
-                    leaves.append(cube)
+                    leaves.append((cube, reads))
                     break
             if self.work > budget:
                 return None
-        leaves.sort(key=lambda c: tuple(s[0] for s in c))
+        leaves.sort(key=lambda leaf: tuple(s[0] for s in leaf[0]))
         return leaves
 
     def value(self, test: Test, bind, cube, consts, sources) -> tuple:
         """(False, result) when `test` gives one result on the whole cube, else (True, axis, groups):
         the cube's values on that axis in groups that decide it alike (on the other axes)."""
-        env = {}
-        free = []
+        if test.kind is not None:
+            return self.compound(test, bind, cube, consts, sources)
+        plan = self.plans.get((test, id(bind)))
+        if plan is None:  # each name: its fixed value, or the input whose current value it reads
+            plan = self.plans[(test, id(bind))] = [
+                (name, src.value if type(src) is Const else src, type(src) is Const)
+                for name in test.names for src in [bind.get(name, name) if bind else name]
+                if type(src) is Const or src in self.axis]
+        parts = [id(plan)]
+        for name, src, fixed in plan:
+            if not fixed:
+                parts.append(consts[src] if src in consts else cube[self.axis[src]])
+        if test.user:
+            parts.append(tuple(s == "user" for s in sources) if test.by_source else
+                         tuple(self.domains[a][cube[a][0]] is not None for a in self.phase_axes))
+        key = tuple(parts)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = self.evaluate(test, plan, cube, consts, sources)
+        return hit
+
+    def reads(self, test: Test, bind, consts) -> frozenset:
+        """The axes whose given values `test` reads (names the rules have rewritten are fixed)."""
+        out = []
         for name in test.names:
             src = bind.get(name, name) if bind else name
-            if type(src) is Const:
-                env[name] = src.value
+            if type(src) is not Const and src not in consts and src in self.axis:
+                out.append(self.axis[src])
+        return frozenset(out)
+
+    def compound(self, test: Test, bind, cube, consts, sources) -> tuple:
+        """all/any/not over the parts' results: decided when a part decides it on the whole cube
+        (or all parts are decided); else split on the first undecided part."""
+        if test.kind == "not":
+            hit = self.value(test.items[0], bind, cube, consts, sources)
+            return hit if hit[0] else (False, not hit[1])
+        decisive = test.kind == "any"  # the result that ends all (False) or any (True)
+        split = None
+        for item in test.items:
+            hit = self.value(item, bind, cube, consts, sources)
+            if not hit[0]:
+                if bool(hit[1]) is decisive:
+                    return (False, decisive)
+            elif split is None:
+                split = hit
+        return split if split is not None else (False, not decisive)
+
+    def evaluate(self, test: Test, plan, cube, consts, sources) -> tuple:
+        env = {}
+        free = []
+        for name, src, fixed in plan:
+            if fixed:
+                env[name] = src
             elif src in consts:
                 env[name] = consts[src]
-            elif src in self.axis:
+            else:
                 free.append((name, self.axis[src]))
         if test.by_source:
             us = tuple(s == "user" for s in sources)
         else:
             us = tuple(self.domains[a][cube[a][0]] is not None for a in self.phase_axes)
         axes = list(dict.fromkeys(a for _, a in free))
-        key = (id(test), tuple(env.items()), tuple((a, cube[a]) for a in axes), us, bind is None)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
         sets = [cube[a] for a in axes]
         count = 1
         for s in sets:
             count *= len(s)
         if count > _LIMIT:  # too many combinations: split the widest axis into single values
             k = max(range(len(sets)), key=lambda i: len(sets[i]))
-            hit = self.cache[key] = (True, axes[k], [(v,) for v in sets[k]])
-            return hit
+            return (True, axes[k], [(v,) for v in sets[k]])
         user_set = dict(zip(self.policy.phase_names, us))
         where = [(name, axes.index(a), self.domains[a]) for name, a in free]
         results = []
@@ -297,11 +349,8 @@ class Classes:
         self.work += count
         first = results[0]
         if all(r == first and type(r) is type(first) for r in results):
-            hit = (False, first)
-        else:
-            hit = (True,) + _best_split(axes, sets, results)
-        self.cache[key] = hit
-        return hit
+            return (False, first)
+        return (True,) + _best_split(axes, sets, results)
 
     def capability(self, i: int, cube, consts, sources):
         """For the capability scan: split until phase i's verdict and admitting check are the same
