@@ -157,6 +157,7 @@ def _domain_lint(policy, also=None) -> list[Problem]:
         admitting = (lambda ph, backend, env: _admitting_check(policy, gates, ph, backend, env),
                      gate_reads | {spec.input for spec in policy.phases.values()})
         configs, weights = domain.classes(policy, lint=True, admitting=admitting)
+        classes = configs if isinstance(configs, list) else None
         configs, again = itertools.tee(configs)
         weights = iter(weights)
         for chunk in domain.results(policy, configs, held, chosen):
@@ -183,7 +184,7 @@ def _domain_lint(policy, also=None) -> list[Problem]:
             out.append(_problem(policy, code, message, rule.path))
 
     shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
-    winners = _winners(policy, shadowed) if shadowed else {}
+    winners = _winners(policy, shadowed, classes) if shadowed else {}
     for i, rule in enumerate(rules):
         if held[i] == 0:
             what = {"resolve": "resolve rule", "defaults": "default rule", "checks": "check"}[rule.stage]
@@ -216,11 +217,14 @@ def _phases_read(policy) -> dict:
     return out
 
 
-def _winners(policy, shadowed) -> dict:
-    """For each shadowed default, the rules chosen where it applies (a second, traced pass)."""
+def _winners(policy, shadowed, classes=None) -> dict:
+    """For each shadowed default, the rules chosen where it applies (a second, traced pass; over
+    one config per class when there are classes: the defaults that apply, and the one chosen, are
+    the same on a whole class)."""
     names = {r.name for r in shadowed}
     out: dict = {n: set() for n in names}
-    for config in policy.domain():
+    configs = policy.domain() if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
+    for config in configs:
         trace = interpret.Trace()
         interpret.run(policy, config, config, trace)
         matched = {r.name for r in trace.default_matches} & names
