@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from engine.language.decision import Decision, Violation
 from engine.errors import CODES, ConfigError, HisparseError, PolicyError, Problem
-from engine.policy.loader import list_families, load_policy
+from engine.files.catalog import list_families
+from engine.policy.loader import load_policy
 from engine.policy.policy import Policy
 from engine.version import __version__  # noqa: F401  (engine.__version__)
 

@@ -69,7 +69,7 @@ def test_a_file_in_the_working_directory_never_replaces_a_ref(tmp_path, monkeypa
 
 
 def test_path_spellings(tmp_path, monkeypatch):
-    from engine.policy.loader import looks_like_path
+    from engine.files.catalog import looks_like_path
 
     for ref in ("a/b", "./x", ".hidden", "~/p", "p.yaml", "p.yml", "p.json", os.path.join("d", "p")):
         assert looks_like_path(ref), ref

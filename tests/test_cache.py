@@ -11,8 +11,9 @@ import threading
 import pytest
 
 import engine
-from engine.policy import cache
+from engine.files import cache
 from engine.policy import loader
+from engine.files import catalog
 from engine.files.reading import sha256
 from tests.helpers import ROOT, minimal_text, write_policy
 
@@ -52,7 +53,7 @@ def _from_cache(policy) -> bool:
 
 
 def _entry(ref):
-    path, display = loader.resolve_ref(ref)
+    path, display = catalog.resolve_ref(ref)
     with open(path, "rb") as fh:
         digest = sha256(fh.read()).hexdigest()
     return cache.entry_path(digest, display)
@@ -284,7 +285,7 @@ def test_default_location_follows_xdg(monkeypatch, tmp_path):
 
 def test_concurrent_writers_leave_one_whole_entry(folder):
     policy = _fresh_load("dsa-backends@8")
-    path, display = loader.resolve_ref("dsa-backends@8")
+    path, display = catalog.resolve_ref("dsa-backends@8")
     threads = [threading.Thread(target=cache.store, args=(policy.sha256, display, policy.doc)) for _ in range(8)]
     for t in threads:
         t.start()
@@ -362,7 +363,7 @@ def test_a_fifo_planted_at_the_entry_path_never_hangs_a_run(folder, tmp_path, sh
     if shared:
         cache_dir.mkdir(mode=0o755)
     env = dict(os.environ, HISPARSE_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
-    probe = subprocess.run([sys.executable, "-c", "import sys; from engine.policy import cache; "
+    probe = subprocess.run([sys.executable, "-c", "import sys; from engine.files import cache; "
                             "print(cache.entry_path(sys.argv[1], sys.argv[2]))", sha256(data).hexdigest(), path],
                            env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     entry = probe.stdout.strip()

@@ -230,7 +230,7 @@ def test_every_option_of_every_engine_command_is_reserved(capsys, monkeypatch):
         with pytest.raises(SystemExit):
             run(["a", "b"] if command == "diff" else [])
     monkeypatch.setattr(options.Parser, "parse_args", real)
-    from engine.policy.loader import list_families
+    from engine.files.catalog import list_families
 
     refs = [f"dsa-backends@{v}" for v in list_families()["dsa-backends"]]
     policy_flags = {f for ref in refs for spec in __import__("engine").load_policy(ref).inputs.values()

@@ -9,7 +9,7 @@ import engine
 from engine.cli.options import wrap_words
 from engine.cli.reports import TEXT_WIDTH
 from engine.files.shipped import DEFAULT_POLICY
-from engine.policy.loader import list_families
+from engine.files.catalog import list_families
 from engine.suggest import did_you_mean
 from tests.helpers import run_cli
 

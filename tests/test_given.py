@@ -219,6 +219,12 @@ def test_typographic_dashes_on_the_command_line_and_in_a_config_file(capsys, tmp
     ("python -m sglang.launch_server --enable-hisparse yes", "unrecognized argument 'yes' after --enable-hisparse"),
     ("python -m sglang.launch_server --kv_cache_dtype fp8_e4m3", "did you mean --kv-cache-dtype?"),
     ("python -m sglang.launch_server -kv-cache-dtype fp8_e4m3", "did you mean --kv-cache-dtype?"),
+    ("python -m sglang.launch_server stray --model-path m", "unrecognized argument 'stray': SGLang's parser"),
+    ("python -m sglang.launch_server --tp=8 stray", "unrecognized argument 'stray' after --tp"),
+    ("python -m sglang.launch_server --model-path m -- --kv-cache-dtype bf16",
+     "unrecognized arguments '-- --kv-cache-dtype bf16'"),
+    ("python -m sglang.launch_server --model-path -m", "argument --model-path: expected one argument"),
+    ("python -m sglang.launch_server --sm-major 1e3", "argument --sm-major: invalid int value: '1e3'"),
 ])
 def test_what_sglangs_parser_refuses_is_refused(cmd, text):
     from engine.sglang import config_from_launch
@@ -229,13 +235,40 @@ def test_what_sglangs_parser_refuses_is_refused(cmd, text):
 
 
 def test_unrelated_flags_with_several_values_are_still_skipped():
+    """SGLang's --cuda-graph-bs takes one or more values (nargs="+" in 0.5.11-0.5.19): the words
+    after a flag the policy does not read are its own, never strays."""
     from engine.sglang import config_from_launch
 
     config, notes = config_from_launch(engine.load_policy(V3), shlex.split(
         "python -m sglang.launch_server --cuda-graph-bs 1 2 4 --model-path deepseek-ai/DeepSeek-V3.2 "
         "--kv-cache-dtype fp8_e4m3"))
     assert config["kv-cache-dtype"] == "fp8_e4m3" and config["dsa_model"] is True
-    assert notes == ["ignored the stray argument '2'", "ignored the stray argument '4'"]
+    assert notes == []
+
+
+def test_a_launch_command_past_the_word_limit_is_refused_unparsed():
+    """argparse's time grows with the square of the options given: a command longer than any real
+    one is refused before it is parsed, and one at the limit is read."""
+    from engine.sglang import config_from_launch
+    from engine.sglang.launch import MOST_WORDS
+
+    policy = engine.load_policy(V3)
+    words = ["--model-path", "zai-org/GLM-5"] + ["--tp", "8"] * ((MOST_WORDS - 2) // 2)
+    assert config_from_launch(policy, words)[0]["dsa_model"] is True
+    with pytest.raises(engine.ConfigError, match=f"a launch command of {MOST_WORDS + 2:,} words: at most"):
+        config_from_launch(policy, words + ["--tp", "8"])
+
+
+def test_sglang_serve_reads_a_first_bare_word_as_the_model_path():
+    """`sglang serve MODEL ...` (SGLang 0.5.16 on) is `--model-path MODEL`; the launcher's other
+    spellings take no positional."""
+    from engine.sglang import config_from_launch
+
+    policy = engine.load_policy(V3)
+    config, _ = config_from_launch(policy, ["sglang", "serve", "zai-org/GLM-5", "--kv-cache-dtype", "bf16"])
+    assert config["dsa_model"] is True and config["model_family"] == "glm5"
+    with pytest.raises(engine.ConfigError, match="unrecognized argument 'zai-org/GLM-5'"):
+        config_from_launch(policy, ["python", "-m", "sglang.launch_server", "zai-org/GLM-5"])
 
 
 def test_a_removed_spelling_names_its_replacement_in_every_source(capsys, tmp_path):

@@ -277,7 +277,8 @@ def test_upstream_label(fields, label):
     ("", None),
 ])
 def test_left_out_matches_a_path_suffix_and_an_optional_function(tmp_path, where, why):
-    assert load_text(tmp_path, UPSTREAM).upstream.left_out(where) == why
+    entry = load_text(tmp_path, UPSTREAM).upstream.left_out_entry(where)
+    assert (entry[1] if entry else None) == why
 
 
 def test_conform_counts_a_left_out_place_as_out_of_scope():

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     (("engine.errors", "engine.values", "engine.suggest", "engine.version", "engine.progress"),
      "base: problems and error types, value parsing and display, did-you-mean, the version, the progress line"),
-    (("engine.files",), "reading files and streams safely, and where the shipped policy files lie"),
+    (("engine.files",), "reading files and streams safely, where the shipped policy files lie, which file a reference names"),
     (("engine.language",), "what a policy document means: inputs, rules, conditions, parts, compiled evaluator"),
-    (("engine.policy",), "a loaded policy: finding, loading, caching, evaluating, memoising"),
+    (("engine.policy",), "a loaded policy: loading, caching, evaluating"),
     (("engine.analysis",), "whole-domain analyses of loaded policies: diff, table, lint, policy tests"),
     (("engine.sglang",), "SGLang's side: launch commands, config files, models, ServerArgs, conform (uses analysis)"),
     (("engine.serving",), "long-running use: the reloading store and decision records (reads SGLang sources)"),

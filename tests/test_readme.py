@@ -565,7 +565,7 @@ def test_named_modules_and_files_exist(page):
 
 
 def test_a_stale_module_name_is_found():
-    assert doc_pages.resolves("engine.sglang.routing.apply") and doc_pages.resolves("engine.policy.cache.MAGIC")
+    assert doc_pages.resolves("engine.sglang.routing.apply") and doc_pages.resolves("engine.files.cache.MAGIC")
     assert not doc_pages.resolves("engine.loader.load_policy") and not doc_pages.resolves("engine.cli.nothing")
     assert doc_pages.repo_paths("see `engine/cli.py` and `policies/<family>/v<N>.yaml`") == {"engine/cli.py"}
     assert doc_pages.ignored("bench/results-quick/") and not doc_pages.ignored("bench/results/")

@@ -85,8 +85,9 @@ def test_config_file_inside_the_command(tmp_path):
     ("python -m sglang.launch_server --kv-cache-dtpye fp8_e4m3", "did you mean --kv-cache-dtype?"),
     ("python -m sglang.launch_server --enable-hisparce", "did you mean --enable-hisparse?"),
     ("python -m sglang.launch_server --disable-radix", "abbreviation is not accepted"),
-    ("python -m sglang.launch_server --enable-hisparse=true", "is a switch and takes no value"),
-    ("python -m sglang.launch_server --kv-cache-dtype", "--kv-cache-dtype expects a value"),
+    # argparse's own words, as SGLang's parser says them
+    ("python -m sglang.launch_server --enable-hisparse=true", "argument --enable-hisparse: ignored explicit argument 'true'"),
+    ("python -m sglang.launch_server --kv-cache-dtype", "argument --kv-cache-dtype: expected one argument"),
     ("python -m sglang.launch_server --kv-cache-dtype fp8", "did you mean one of 'fp8_e4m3', 'fp8_e5m2'?"),
     ("vllm serve deepseek-ai/DeepSeek-V3.2", "not an SGLang launch command"),
 ])

@@ -16,7 +16,7 @@ PY=${PY:-$ROOT/.venv/bin/python}
 ENVS=${HISPARSE_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/hisparse/sglang-envs}
 RELEASES=$("$PY" -c "
 import engine
-from engine.policy.releases import release_key
+from engine.files.releases import release_key
 seen = set()
 for family, versions in engine.list_families().items():
     for v in versions:

@@ -18,7 +18,7 @@ def policy_files(paths: list[str]) -> tuple[list[tuple[str, str]], list[Problem]
     problems: list[Problem] = []
     if not paths:
         root = default_policy_dir()
-        from engine.policy.loader import display_dir
+        from engine.files.catalog import display_dir
 
         shown = display_dir(root)
         for path in _walk(root):
@@ -73,7 +73,7 @@ def check_paths(paths: list[str], deep: bool = True, notes: list | None = None) 
 def _duplicate_versions(files) -> dict[str, list[Problem]]:
     """display -> E313 for every file that names the same version as another file of its folder
     (v1.yaml and v001.yaml, v1.yaml and v1.yml): which one is version 1 would be a guess."""
-    from engine.policy.loader import duplicate_version
+    from engine.files.catalog import duplicate_version
 
     groups: dict = {}
     for path, display in files:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 
-from engine.language.conditions import All, Any, Not, TrueCond, UserSet
+from engine.language import conditions
 
 _LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
 _IF, _FORK, _READ, _FIRST, _SET, _SRC, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(13)
@@ -49,10 +49,11 @@ class Test:
 
 
 def _cond(c) -> Test:
-    kind = {All: "all", Any: "any", Not: "not"}.get(type(c))
+    kind = {conditions.All: "all", conditions.Any: "any", conditions.Not: "not"}.get(type(c))
     if kind is not None:
         return Test(None, (), kind=kind, items=[_cond(i) for i in (c.items if kind != "not" else (c.item,))])
-    return Test(c.eval, c.inputs(), user=any(isinstance(a, UserSet) for a in c.atoms()))
+    # a comparison reads inputs only; anything else (user_set) may read who set the phases
+    return Test(c.eval, c.inputs(), user=type(c) is not conditions.Test)
 
 
 def _values(names) -> Test:
@@ -106,7 +107,7 @@ class _Program:
 
     def when(self, cond, bind=None) -> int | None:
         """An _IF on `cond` to patch with where to go when it does not hold (None: always holds)."""
-        return None if isinstance(cond, TrueCond) else self.op(_IF, _cond(cond), bind, None)
+        return None if isinstance(cond, conditions.TrueCond) else self.op(_IF, _cond(cond), bind, None)
 
     def fields(self, template, lint: bool, first: bool = False, bind=None, table=None) -> None:
         """Note the inputs a rendered line reads (an outcome holds its text; the lint reads none);

@@ -59,7 +59,8 @@ def test_files(paths: list[str], policy_dir: str) -> list[str]:
 
 def load_cases(path: str, policy_dir: str | None = None, display: str | None = None):
     """(policy, document) of a test file; raises PolicyError with every problem of the file."""
-    from engine.policy.loader import load_policy, looks_like_path
+    from engine.files.catalog import looks_like_path
+    from engine.policy.loader import load_policy
 
     display = display or path
     try:
@@ -204,7 +205,7 @@ def report_json(results: list[FileResult]) -> dict:
 
 def run(paths: list[str], policy_dir: str | None = None) -> tuple[list[FileResult], list[Problem]]:
     from engine.files.shipped import policy_root
-    from engine.policy.loader import display_dir
+    from engine.files.catalog import display_dir
 
     root = policy_root(policy_dir)
     files = test_files(paths, root)

@@ -228,7 +228,7 @@ def _conform_policy(ns, load_policy):
     or no version models its release (also said)."""
     from engine.errors import PolicyError
     from engine.files.shipped import default_policy_ref
-    from engine.policy.releases import INSTALLED, installed_release
+    from engine.files.releases import INSTALLED, installed_release
 
     if ns.policy is not None or os.environ.get("HISPARSE_POLICY") is not None:
         return load_policy(policy_ref(ns.policy), ns.policy_dir)

@@ -72,7 +72,7 @@ def _ref_for_plugin(policy, given: str | None) -> str:
     """The policy that was judged, for the plugin: its file when named by a path, else FAMILY@N
     (the version now newest, so both sides use the same one)."""
     from engine.files.shipped import policy_ref
-    from engine.policy.loader import looks_like_path
+    from engine.files.catalog import looks_like_path
 
     if looks_like_path(policy_ref(given)):
         return os.path.abspath(policy.file)

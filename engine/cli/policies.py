@@ -64,7 +64,7 @@ def cmd_policies(argv) -> int:
     parser.add_argument("folder", metavar="DIR", help="a new (or empty) folder")
     ns = parser.parse_args(argv)
     files = export(ns.folder)
-    from engine.policy.loader import list_families
+    from engine.files.catalog import list_families
 
     families = list_families(ns.folder)
     listed = "; ".join(f"{family} versions {', '.join(map(str, versions))}" for family, versions in families.items())

@@ -40,8 +40,9 @@ def saved_reports(folder: str | None = None) -> dict:
 def modelled_releases(policy_dir: str | None = None) -> dict:
     """release -> [(ref, path, display)] of the versions under the policy folder that model it."""
     from engine.files.shipped import policy_root
-    from engine.policy.loader import load_file, version_paths
-    from engine.policy.releases import modelled
+    from engine.files.catalog import version_paths
+    from engine.policy.loader import load_file
+    from engine.files.releases import modelled
 
     return modelled(version_paths(policy_root(policy_dir)), load_file)
 
@@ -49,7 +50,7 @@ def modelled_releases(policy_dir: str | None = None) -> dict:
 def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict]:
     """One row per release (SGLANG_RELEASES, then any other release a version lists): the version
     that models it (None: none does) and its saved report's figures (None: not run)."""
-    from engine.policy.releases import release_key
+    from engine.files.releases import release_key
 
     from engine.files.reading import sha256
 
@@ -126,7 +127,7 @@ def text_table(rows_: list[dict]) -> str:
 def side_labels(a_ref: str, b_ref: str, a, b) -> tuple[str | None, str | None]:
     """How `hisparse diff` names its sides: a side given by release (sglang==X, installed) is
     "sglang==X (FAMILY@N)"; when both sides are the same version, each also names its file."""
-    from engine.policy.releases import INSTALLED, PREFIX, installed_release, is_release_ref
+    from engine.files.releases import INSTALLED, PREFIX, installed_release, is_release_ref
 
     def release_of(ref):
         if ref == INSTALLED:

@@ -26,31 +26,19 @@ class InputRef(Frozen):
 
 
 class Cond(Frozen):
-    """Base of the condition tree. `path` is where it sits in the YAML (for positions)."""
+    """Base of the condition tree: eval(env, user_set) -> bool; py(names): a Python expression over
+    the local names in `names` (input -> variable); words(); explain(): (holds, words) per leaf
+    test, in order; inputs(): the inputs read. `path`: where it sits in the YAML."""
 
     __slots__ = ()
     DEFAULTS = {"path": ()}
     path = ()
 
-    def eval(self, env: dict, user_set: dict) -> bool:
-        raise NotImplementedError
-
-    def py(self, names: dict) -> str:
-        """Python expression over the local names in `names` (input -> variable)."""
-        raise NotImplementedError
-
-    def words(self) -> str:
-        raise NotImplementedError
-
     def explain(self, env: dict, user_set: dict) -> list[tuple[bool, str]]:
-        """(holds, words) for each leaf test under this node, in order."""
         return [(self.eval(env, user_set), self.words())]
 
     def inputs(self) -> set[str]:
         return set()
-
-    def atoms(self) -> list["Cond"]:
-        return [self]
 
 
 class TrueCond(Cond):
@@ -68,9 +56,6 @@ class TrueCond(Cond):
         return "always"
 
     def explain(self, env, user_set):
-        return []
-
-    def atoms(self):
         return []
 
 
@@ -155,12 +140,13 @@ class UserSet(Cond):
 class All(Cond):
     FIELDS = ("items", "path")
     __slots__ = FIELDS
+    JOIN = "and"
 
     def eval(self, env, user_set):
         return all(c.eval(env, user_set) for c in self.items)
 
     def py(self, names):
-        return "(" + " and ".join(c.py(names) for c in self.items) + ")"
+        return "(" + f" {self.JOIN} ".join(c.py(names) for c in self.items) + ")"
 
     def words(self):
         return " and ".join(_group(c) for c in self.items)
@@ -171,31 +157,21 @@ class All(Cond):
     def inputs(self):
         return set().union(*(c.inputs() for c in self.items))
 
-    def atoms(self):
-        return [a for c in self.items for a in c.atoms()]
 
+class Any(All):
+    """Holds when one of its items does; explained as one test."""
 
-class Any(Cond):
-    FIELDS = ("items", "path")
-    __slots__ = FIELDS
+    __slots__ = ()
+    JOIN = "or"
 
     def eval(self, env, user_set):
         return any(c.eval(env, user_set) for c in self.items)
-
-    def py(self, names):
-        return "(" + " or ".join(c.py(names) for c in self.items) + ")"
 
     def words(self):
         return "any of (" + "; ".join(c.words() for c in self.items) + ")"
 
     def explain(self, env, user_set):
-        return [(self.eval(env, user_set), self.words())]
-
-    def inputs(self):
-        return set().union(*(c.inputs() for c in self.items))
-
-    def atoms(self):
-        return [a for c in self.items for a in c.atoms()]
+        return Cond.explain(self, env, user_set)
 
 
 class Not(Cond):
@@ -213,9 +189,6 @@ class Not(Cond):
 
     def inputs(self):
         return self.item.inputs()
-
-    def atoms(self):
-        return self.item.atoms()
 
 
 def conj(*conds: Cond) -> Cond:
@@ -239,4 +212,4 @@ def _py_eq(var: str, value, negate: bool = False) -> str:
 
 def _group(c: Cond) -> str:
     text = c.words()
-    return f"({text})" if isinstance(c, (Any,)) and " and " in text else text
+    return f"({text})" if isinstance(c, Any) and " and " in text else text

@@ -6,30 +6,17 @@ from engine.values import INT_MAX, INT_MIN
 
 
 class InputSpec(Record):
-    """One config input. Phase inputs (the backend of a phase) are inputs of type enum over the
-    declared backends, nullable, default unset."""
+    """One config input. type: bool | enum | int; values: enum: the allowed values, int:
+    representative ones, bool: (False, True); flags: command-line spellings, primary first; phase:
+    the phase whose backend it holds (phase inputs are nullable enums over the phase's backends,
+    default unset); deprecated: flag -> log line when used; removed: flag -> note naming the
+    replacement."""
 
     FIELDS = ("name", "type", "values", "default", "nullable", "minimum", "maximum", "description", "flags",
               "phase", "path", "deprecated", "removed")
     __slots__ = FIELDS
-
-    def __init__(self, name: str, type: str, values: tuple, default, nullable: bool = False,
-                 minimum: int | None = None, maximum: int | None = None, description: str = "",
-                 flags: tuple = (), phase: str | None = None, path: tuple = (), deprecated: dict | None = None,
-                 removed: dict | None = None):
-        self.name = name
-        self.type = type  # bool | enum | int
-        self.values = values  # enum: allowed values; int: representative values; bool: (False, True)
-        self.default = default
-        self.nullable = nullable
-        self.minimum = minimum
-        self.maximum = maximum
-        self.description = description
-        self.flags = flags  # command-line spellings, primary first
-        self.phase = phase  # the phase this input holds the backend of
-        self.path = path
-        self.deprecated = {} if deprecated is None else deprecated  # deprecated flag -> log line when used
-        self.removed = {} if removed is None else removed  # removed flag -> note naming its replacement
+    DEFAULTS = {"nullable": False, "minimum": None, "maximum": None, "description": "", "flags": (),
+                "phase": None, "path": (), "deprecated": dict, "removed": dict}
 
     def domain(self) -> list:
         """The values used when the whole domain is enumerated."""
@@ -65,17 +52,9 @@ class InputSpec(Record):
 
 
 class PhaseSpec(Record):
-    FIELDS = ("name", "input", "flags", "description", "path", "backends")
+    FIELDS = ("name", "input", "flags", "description", "path", "backends")  # backends: those it accepts
     __slots__ = FIELDS
-
-    def __init__(self, name: str, input: str, flags: tuple = (), description: str = "", path: tuple = (),
-                 backends: tuple = ()):
-        self.name = name
-        self.input = input
-        self.flags = flags
-        self.description = description
-        self.path = path
-        self.backends = backends  # the backends this phase accepts
+    DEFAULTS = {"flags": (), "description": "", "path": (), "backends": ()}
 
 
 class Upstream(Frozen):
@@ -84,11 +63,9 @@ class Upstream(Frozen):
     FIELDS = ("project", "releases", "commit", "pr", "note", "leaves_out")
     __slots__ = FIELDS
 
-    def __init__(self, project: str, releases: tuple = (), commit: str | None = None,
-                 pr: int | None = None, note: str = "", leaves_out: tuple = ()):
-        # releases: the exact release strings modelled, in order ("0.5.15" does not cover "0.5.15.post1")
-        for name, value in zip(self.FIELDS, (project, tuple(releases), commit, pr, note, leaves_out)):
-            object.__setattr__(self, name, value)  # leaves_out: ((where, why, has a when), ...)
+    # releases: the exact release strings modelled, in order ("0.5.15" does not cover "0.5.15.post1");
+    # leaves_out: ((where, why, has a when), ...)
+    DEFAULTS = {"releases": (), "commit": None, "pr": None, "note": "", "leaves_out": ()}
 
     def label(self) -> str:
         """e.g. "sglang 0.5.22, 0.5.23", "sglang PR #23013 (1f2e3d4)"."""
@@ -104,11 +81,6 @@ class Upstream(Frozen):
     def models(self, release: str) -> bool:
         """Whether this version models exactly that release of its project."""
         return release in self.releases
-
-    def left_out(self, where: str | None) -> str | None:
-        """The reason when `where` ("path/file.py:LINE function") lies in a left-out place."""
-        entry = self.left_out_entry(where)
-        return None if entry is None else entry[1]
 
     def left_out_entry(self, where: str | None) -> tuple | None:
         """The leaves_out entry (where, why, has a when) whose place `where` ("path/file.py:LINE

@@ -3,11 +3,11 @@ and value against the declarations. All problems are collected; each carries the
 of the offending node."""
 from __future__ import annotations
 
-import os
 import re
 
 from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
 from engine.errors import PolicyError, Problem
+from engine.language.record import Record
 from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
@@ -64,41 +64,40 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.line, p.col, p.code, p.message))
 
 
-class Parts:
-    """What the builder produces; `Policy` wraps it with the compiled evaluator."""
+class Parts(Record):
+    """What the builder produces, for `Policy`. inputs: the declared inputs, then the phase inputs;
+    scope: (leaves_out index, condition) of the entries that say which configs reach them;
+    applies: input -> where it means something (inputs[].applies)."""
 
-    def __init__(self):
-        self.family = ""
-        self.version = 0
-        self.description = ""
-        self.source = ""
-        self.upstream: Upstream | None = None
-        self.inputs: dict[str, InputSpec] = {}  # declared inputs then phase inputs, in order
-        self.backends: dict[str, str] = {}
-        self.phases: dict[str, PhaseSpec] = {}
-        self.tables: dict[str, Table] = {}
-        self.stages: dict[str, Stage] = {}
-        # the leaves_out entries that say which configs reach them: (entry index, condition)
-        self.scope: list[tuple[int, object]] = []
-        self.applies: dict[str, object] = {}  # input -> where it means something (inputs[].applies)
-        self.capabilities: dict[str, Capability] = {}
+    FIELDS = ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases", "tables",
+              "stages", "scope", "applies", "capabilities")
+    __slots__ = FIELDS
+    DEFAULTS = {"upstream": None, "inputs": dict, "backends": dict, "phases": dict, "tables": dict, "stages": dict,
+                "scope": list, "applies": dict, "capabilities": dict}
 
 
 class Builder:
     def __init__(self, doc: Document):
         self.doc = doc
         self.problems: list[Problem] = []
-        self.parts = Parts()
+        d = doc.data
+        self.parts = Parts(d["policy"], d["version"], d["description"].strip(), d.get("source", "").strip())
 
     # -- helpers -----------------------------------------------------------------------------
     def problem(self, code, message, path, key=False, hint=""):
         self.problems.append(self.doc.problem(code, message, path, key=key, hint=hint))
 
+    def known(self, name, what: str, path: tuple, key: bool = False) -> bool:
+        """Whether `name` is a declared backend or phase (`what`); else E303 / E304 at `path`."""
+        table = self.parts.backends if what == "backend" else self.parts.phases
+        if name not in table:
+            self.problem("E303" if what == "backend" else "E304", f"unknown {what} '{name}'", path, key=key,
+                         hint=did_you_mean(name, table))
+        return name in table
+
     def build(self) -> Parts:
         d = self.doc.data
         p = self.parts
-        p.family, p.version = d["policy"], d["version"]
-        p.description, p.source = d["description"].strip(), d.get("source", "").strip()
         self._placement()
         if "upstream" in d:
             u = d["upstream"]
@@ -144,9 +143,7 @@ class Builder:
                 ipath = path + (key, i)
                 phases = tuple(item.get("phases") or self.parts.phases)
                 for j, ph in enumerate(item.get("phases") or ()):
-                    if ph not in self.parts.phases:
-                        self.problem("E304", f"unknown phase '{ph}'", ipath + ("phases", j),
-                                     hint=did_you_mean(ph, self.parts.phases))
+                    self.known(ph, "phase", ipath + ("phases", j))
                 out.append(CapabilityEntry(phases, self.cond(item.get("when"), ipath + ("when",)),
                                            " ".join((item.get("why") or item.get("note") or "").split()), ipath))
             return tuple(out)
@@ -211,9 +208,7 @@ class Builder:
             if "backends" in spec:
                 accepted = tuple(b for b in backends if b in spec["backends"])  # declaration order
                 for i, b in enumerate(spec["backends"]):
-                    if b not in p.backends:
-                        self.problem("E303", f"unknown backend '{b}'", path + ("backends", i),
-                                     hint=did_you_mean(b, p.backends))
+                    self.known(b, "backend", path + ("backends", i))
             p.phases[name] = PhaseSpec(name, key, flags, (spec.get("description") or "").strip(), path, accepted)
             p.inputs[key] = InputSpec(key, "enum", accepted, None, True, None, None,
                                       f"{name} backend (unset: chosen by the defaults stage)",
@@ -311,9 +306,7 @@ class Builder:
         if isinstance(row, dict):
             return self._table(row, path, in_phase)
         for i, name in enumerate(row):
-            if name not in self.parts.backends:
-                self.problem("E303", f"unknown backend '{name}'", path + (i,),
-                             hint=did_you_mean(name, self.parts.backends))
+            self.known(name, "backend", path + (i,))
         return frozenset(row)
 
     # -- conditions --------------------------------------------------------------------------
@@ -331,9 +324,7 @@ class Builder:
                 items.append(Not(self.cond(value, kpath, in_phase), kpath))
             elif key == "user_set":
                 for phase, expected in value.items():
-                    if phase not in self.parts.phases:
-                        self.problem("E304", f"unknown phase '{phase}'", kpath + (phase,), key=True,
-                                     hint=did_you_mean(phase, self.parts.phases))
+                    self.known(phase, "phase", kpath + (phase,), key=True)
                     items.append(UserSet(phase, expected, kpath + (phase,)))
             else:
                 items.extend(self._tests(key, value, kpath, scope, in_phase))
@@ -464,13 +455,8 @@ class Builder:
 
     def _defaults_rule(self, rule: Rule, r: dict, path: tuple):
         for phase, backend in r["set"].items():
-            if phase not in self.parts.phases:
-                self.problem("E304", f"unknown phase '{phase}'", path + ("set", phase), key=True,
-                             hint=did_you_mean(phase, self.parts.phases))
-                continue
-            if backend not in self.parts.backends:
-                self.problem("E303", f"unknown backend '{backend}'", path + ("set", phase),
-                             hint=did_you_mean(backend, self.parts.backends))
+            if not (self.known(phase, "phase", path + ("set", phase), key=True)
+                    and self.known(backend, "backend", path + ("set", phase))):
                 continue
             accepted = self.parts.phases[phase].backends
             if backend not in accepted:

@@ -19,14 +19,6 @@ class Table(Record):
             return hit.lookup(env)
         return hit if hit is not None else frozenset()
 
-    def leaves(self):
-        """Every backend set in the table, with its YAML path."""
-        for key, row in list(self.rows.items()) + [("otherwise", self.otherwise)]:
-            if isinstance(row, Table):
-                yield from row.leaves()
-            elif row is not None:
-                yield key, row
-
     def keys_read(self) -> set:
         out = {self.key}
         for row in list(self.rows.values()) + [self.otherwise]:
@@ -50,14 +42,6 @@ class Rule(Record):
     DEFAULTS = {"when": TrueCond, "set": dict, "log": None, "require": None, "allowed": None, "message": None,
                 "for_each_phase": False, "at": "checks", "description": "", "path": (), "line": 0, "accepts": dict,
                 "raises": "ValueError"}
-
-    @property
-    def kind(self) -> str:
-        if self.stage == "checks":
-            return "check"
-        if self.stage == "resolve" and self.require is not None:
-            return "require"
-        return "rule"
 
 
 class Stage(Record):

@@ -14,21 +14,16 @@ from engine.files.document import Document
 _validators: dict = {}
 
 
-def schema_path(name: str = "policy") -> str:
-    from engine.files.shipped import shipped_policy_dir
-
-    return os.path.join(shipped_policy_dir(), "schema", f"{name}.schema.json")
-
-
 def validator(name: str = "policy"):
     """The validator of a shipped schema: "policy" (the language) or "tests" (policy test files)."""
     if name not in _validators:
         from engine.errors import import_required
+        from engine.files.shipped import shipped_policy_dir
 
         # imported on first use (the slowest import of a load); missing: what to install
         jsonschema = import_required("jsonschema", "jsonschema")
 
-        with open(schema_path(name), encoding="utf-8") as fh:
+        with open(os.path.join(shipped_policy_dir(), "schema", f"{name}.schema.json"), encoding="utf-8") as fh:
             schema = json.load(fh)
         # an integer is an int, never a float that happens to be whole: `version: 1.0` or
         # `minimum: 9.0` is a mistake to report, not a number to round (JSON Schema would accept it)

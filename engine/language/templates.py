@@ -98,25 +98,14 @@ def parse_template(text: str) -> Template:
 
 
 def render_field(value, spec: str = "", conversion: str = "") -> str:
-    """The text of one template field: a backend set (frozenset) as the object its format names,
-    any other value as itself; then repr() for `!r`, else str(), as an f-string does."""
+    """The text of one template field: a backend set (frozenset) as the object its format names
+    (SGLang's sorted list by default, a tuple, or joined text), any other value as itself; then
+    repr() for `!r`, else str(), as an f-string does."""
     if isinstance(value, frozenset):
-        value = set_object(value, spec)
+        items = sorted(value)
+        if spec not in SET_FORMATS:
+            raise ValueError(f"unknown set format {spec!r}")
+        value = {"tuple": tuple(items), "csv": ", ".join(items), "or": " or ".join(items)}.get(spec, items)
     elif spec:
         raise ValueError(f"only backend sets take a format, got {spec!r}")
     return repr(value) if conversion == "r" else str(value)
-
-
-def set_object(values, spec: str = ""):
-    """What a backend set is in a message, by format: SGLang's sorted list (default), a tuple,
-    or joined text."""
-    items = sorted(values)
-    if spec in ("", "list"):
-        return items
-    if spec == "tuple":
-        return tuple(items)
-    if spec == "csv":
-        return ", ".join(items)
-    if spec == "or":
-        return " or ".join(items)
-    raise ValueError(f"unknown set format {spec!r}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 
 from engine.errors import ConfigError, Problem
@@ -19,10 +20,8 @@ class Policy:
     """
 
     def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
-        for key in ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases",
-                    "tables", "stages", "applies", "capabilities"):
+        for key in parts.FIELDS:  # scope: ((leaves_out index, condition), ...): see Decision.in_scope
             setattr(self, key, getattr(parts, key))
-        self.scope = parts.scope  # ((leaves_out index, condition), ...): see Decision.in_scope
         self.file = file  # as shown in messages
         self.path = path or file  # where it was read from
         self.sha256 = sha256
@@ -38,29 +37,25 @@ class Policy:
         self.input_names = tuple(self.inputs)
         self.phase_names = tuple(self.phases)
         self.phase_slots = tuple((ph, self.input_names.index(spec.input)) for ph, spec in self.phases.items())
-        # every accepted spelling of a config key -> its input (flags without --, dashes or underscores)
-        self.key_map: dict[str, str] = {}
-        # deprecated spelling -> (input index, the log line its use emits)
-        self.deprecated_keys: dict[str, tuple[int, str]] = {}
-        # removed spelling -> (its flag, the note naming the replacement): refused, as upstream's parser does
+        # every accepted spelling of a config key -> its input (flags without --, dashes or
+        # underscores); deprecated spelling -> the log line its use emits; removed spelling -> (its
+        # flag, the note naming the replacement): refused, as upstream's parser does
+        self.key_map = {key: name for name in self.inputs for key in (name, name.replace("_", "-"))}
+        self.deprecated_keys: dict[str, str] = {}
         self.removed_keys: dict[str, tuple[str, str]] = {}
-        for index, (name, spec) in enumerate(self.inputs.items()):
-            self.key_map[name] = name
-            self.key_map[name.replace("_", "-")] = name
-            for flag in spec.flags:
-                self.key_map[flag[2:]] = name
-                self.key_map[flag[2:].replace("-", "_")] = name
-            for flag, text in spec.deprecated.items():
+        for name, spec in self.inputs.items():
+            for flag in (*spec.flags, *spec.deprecated, *spec.removed):
                 for key in (flag[2:], flag[2:].replace("-", "_")):
+                    if flag in spec.removed:
+                        self.removed_keys[key] = (flag, spec.removed[flag])
+                        continue
                     self.key_map[key] = name
-                    self.deprecated_keys[key] = (index, text)
-            for flag, note in spec.removed.items():
-                for key in (flag[2:], flag[2:].replace("-", "_")):
-                    self.removed_keys[key] = (flag, note)
-        self.phase_key_aliases = {
-            ph: tuple(sorted({f[2:].replace("-", "_") for f in spec_flags(self, ph)} - {self.phases[ph].input}))
-            for ph in self.phases
-        }
+                    if flag in spec.deprecated:
+                        self.deprecated_keys[key] = spec.deprecated[flag]
+        self.phase_key_aliases = {  # the phases' other spellings, each given the backend in to_dict
+            ph: tuple(sorted({f[2:].replace("-", "_") for f in (*self.inputs[spec.input].flags,
+                                                                 *self.inputs[spec.input].deprecated)} - {spec.input}))
+            for ph, spec in self.phases.items()}
         self._probes: dict = {}  # the bulk evaluators (probe()), generated on first use
 
     @classmethod
@@ -130,59 +125,48 @@ class Policy:
         problem."""
         return self.normalize_with_log(config, file, doc)[0]
 
-    def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
-        """As normalize, and the log lines that deprecated spellings among the keys emit, in the
-        order the keys are given (upstream's parser logs each notice as it reads the flag), which
-        evaluation puts before every other line."""
-        out, problems, prelude = self._check(config, file, doc)
-        if problems:
-            raise ConfigError(problems)
-        return out, prelude
-
     def complete(self, canonical: dict) -> dict:
         return {name: canonical.get(name, spec.default) for name, spec in self.inputs.items()}
 
-    def _check(self, config, file: str, doc=None):
-        """(canonical config, problems, log lines of deprecated spellings). `doc` (a parsed config
-        file) gives each problem the line and column of its key. (SGLang config files, which
-        carry unrelated keys, are read leniently by engine.sglang.given.)"""
+    def normalize_with_log(self, config, file: str = "", doc=None) -> tuple[dict, list]:
+        """As normalize, and the log lines that deprecated spellings among the keys emit, in the
+        order the keys are given (upstream's parser logs each notice as it reads the flag), which
+        evaluation puts before every other line. `doc` (a parsed config file) gives each problem
+        the line and column of its key. (SGLang config files, which carry unrelated keys, are
+        read leniently by engine.sglang.given.)"""
+        if not isinstance(config, Mapping):
+            raise ConfigError([Problem("C504", f"a config is a mapping of input -> value, got {kind(config)}", file)])
         problems: list[Problem] = []
         out: dict = {}
         spelled: dict = {}
-        deprecated: list = []
-        if not isinstance(config, Mapping):
-            return out, [Problem("C504", f"a config is a mapping of input -> value, got "
-                                 f"{kind(config)}", file)], []
-        names = sorted(set(self.key_map))
-
-        def at(problem: Problem, key) -> Problem:
-            return problem if doc is None else doc.placed(problem, key)
-
+        prelude: list = []
         for key, value in config.items():
             name = self.canonical_key(key)
-            if name is None and isinstance(key, str) and key.replace("-", "_") in self.removed_keys:
-                flag, note = self.removed_keys[key.replace("-", "_")]
-                problems.append(at(Problem("C501", f"{shown(key)}: {flag} was removed ({self.removed_text()})",
-                                           file, hint=note), key))
-                continue
-            if name is None:
-                problems.append(at(unknown_key(key, names, self.input_names, file), key))
-                continue
-            if name in out and out[name] != value:
-                problems.append(at(Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
-                                           "to different values", file), key))
-                continue
-            spelled[name] = key
-            if key in self.deprecated_keys:
-                deprecated.append(self.deprecated_keys[key])
-            spec = self.inputs[name]
-            if value.__class__ not in _PLAIN:
-                value = _exact(value)
-            if not spec.accepts(value):
-                problems.append(at(self.value_problem(spec, key, value, file), key))
-                continue
-            out[name] = value
-        return out, problems, [text for _, text in deprecated]
+            removed = self.removed_keys.get(key.replace("-", "_")) if name is None and isinstance(key, str) else None
+            if removed:
+                where = self.upstream.label() if self.upstream else self.ref
+                problem = Problem("C501", f"{shown(key)}: {removed[0]} was removed ({where} no longer accepts it)",
+                                  file, hint=removed[1])
+            elif name is None:
+                problem = unknown_key(key, sorted(self.key_map), self.input_names, file)
+            elif name in out and out[name] != value:
+                problem = Problem("C501", f"{shown(key)} and {shown(spelled[name])} both set '{name}', "
+                                  "to different values", file)
+            else:
+                spelled[name] = key
+                if key in self.deprecated_keys:
+                    prelude.append(self.deprecated_keys[key])
+                if value.__class__ not in _PLAIN:
+                    value = _exact(value)
+                problem = None if self.inputs[name].accepts(value) else \
+                    self.value_problem(self.inputs[name], key, value, file)
+                if problem is None:
+                    out[name] = value
+                    continue
+            problems.append(problem if doc is None else doc.placed(problem, key))
+        if problems:
+            raise ConfigError(problems)
+        return out, prelude
 
     def value_problem(self, spec, key, value, file) -> Problem:
         text = shown(value)
@@ -200,10 +184,6 @@ class Policy:
             note = " (strings are not integers: write the number without quotes)"
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
-    def removed_text(self) -> str:
-        where = self.upstream.label() if self.upstream else f"{self.ref}"
-        return f"{where} no longer accepts it"
-
     # -- the declared domain -----------------------------------------------------------------
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
         """Every config of the declared domain (int inputs take their representative values),
@@ -214,10 +194,7 @@ class Policy:
             yield dict(zip(names, combo))
 
     def domain_size(self) -> int:
-        n = 1
-        for spec in self.inputs.values():
-            n *= len(spec.domain())
-        return n
+        return math.prod(len(spec.domain()) for spec in self.inputs.values())
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
@@ -232,8 +209,3 @@ def _exact(value):
     if cls is not int and cls is not bool and isinstance(value, int):
         return int.__int__(value)
     return value
-
-
-def spec_flags(policy: Policy, phase: str) -> tuple:
-    spec = policy.inputs[policy.phases[phase].input]
-    return tuple(spec.flags) + tuple(spec.deprecated)

@@ -72,7 +72,8 @@ def installed_release() -> str:
 def _load_policy():
     from engine.errors import HisparseError
     from engine.files.shipped import default_policy_ref
-    from engine.policy.loader import load_policy, looks_like_path
+    from engine.files.catalog import looks_like_path
+    from engine.policy.loader import load_policy
 
     ref = os.environ.get("HISPARSE_POLICY", "")
     try:

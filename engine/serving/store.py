@@ -42,7 +42,8 @@ from typing import Mapping
 
 from engine.language.decision import Decision
 from engine.errors import PolicyError, Problem
-from engine.policy.loader import VERSION_FILE, display_dir, duplicate_version, list_families, load_bytes
+from engine.files.catalog import VERSION_FILE, display_dir, duplicate_version, list_families
+from engine.policy.loader import load_bytes
 from engine.files.shipped import policy_root
 from engine.policy.policy import Policy
 from engine.suggest import did_you_mean

@@ -162,7 +162,7 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
 
 def _before(policy, release: str) -> bool:
     """Every release the policy models is older than `release` (False when it names none)."""
-    from engine.policy.releases import release_key
+    from engine.files.releases import release_key
 
     releases = getattr(policy.upstream, "releases", None) or ()
     return bool(releases) and all(release_key(r) < release_key(release) for r in releases)

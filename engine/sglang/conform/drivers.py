@@ -67,7 +67,7 @@ class UnknownVersion(EngineError, ValueError):
 
 def release_key(release: str) -> tuple:
     """Sort key of a release string: 0.5.9 < 0.5.12 < 0.5.12.post1 < 0.5.13."""
-    from engine.policy.releases import release_key as key
+    from engine.files.releases import release_key as key
 
     return key(release)
 
