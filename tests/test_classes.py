@@ -161,3 +161,51 @@ def test_a_walk_past_its_budget_gives_up():
     configs, weights = domain.classes(engine.load_policy("dsa-backends@2"))
     assert sum(weights) == policy.domain_size()
     assert list(itertools.islice(configs, 1)) == [tuple(d[0] for d in domains)]
+
+
+GAP_BY_USER = """
+policy: gap
+version: 1
+description: A known gap that holds only where the user set the other phase, on an input only it reads.
+inputs:
+  wide: {type: bool, default: false}
+  pad: {type: int, values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], default: 1}
+backends: {x: X, y: Y}
+phases:
+  p: {input: p_backend}
+  q: {input: q_backend}
+resolve: {rules: []}
+defaults:
+  rules:
+    - {name: both, set: {p: x, q: y}, log: "p={p} q={q} pad={pad}"}
+checks: {rules: []}
+capabilities:
+  x:
+    source: a kernel for q only.
+    runs:
+      - phases: [q]
+    known_gaps:
+      - phases: [p]
+        when: {wide: true, user_set: {q: true}}
+        why: the user's q leaves p to a default that cannot run it on wide configs
+  y:
+    source: a kernel for both.
+    runs:
+      - phases: [p, q]
+"""
+
+
+def test_a_known_gap_reading_who_set_a_phase_splits_the_classes(tmp_path, monkeypatch):
+    from tests.helpers import load_text
+
+    policy = load_text(tmp_path, GAP_BY_USER)
+    problems, notes = lint(policy)
+    # p is routed to x by the default wherever the user left it unset: a gap where the user set q on
+    # a wide config (2 q values x 16 pads), a problem elsewhere, first at wide=false
+    assert [p.code for p in problems] == ["L405", "L407"]  # no rule reads wide: only the capability does
+    assert "wide=false" in problems[1].message
+    assert len(notes) == 1 and notes[0].endswith(
+        ": known gap, routes to a backend that cannot run them (x p 32): the user's q leaves p to a default "
+        "that cannot run it on wide configs"), notes
+    _no_classes(monkeypatch)
+    assert lint(policy) == (problems, notes)

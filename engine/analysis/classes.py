@@ -22,7 +22,7 @@ import itertools
 from engine.language import conditions
 
 _LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
-_IF, _FORK, _READ, _FIRST, _SET, _SRC, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(13)
+_IF, _FORK, _READ, _FIRST, _SET, _SRC, _USER, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(14)
 
 
 class Const:
@@ -71,6 +71,7 @@ class _Program:
         self.finals: list[int] = []  # _GOTO steps to patch to the end
         for spec in phases.values():  # whether the user set each phase: fixed on a whole class
             self.op(_FORK, Test(lambda env, us, n=spec.input: env[n] is None, [spec.input]), None)
+        self.op(_USER)  # each phase the user set has the user as its source
         after = []
         for index, cond in policy.scope:  # the first leaves_out entry that holds
             at = self.op(_IF, _cond(cond), None, None)
@@ -239,6 +240,10 @@ class Classes:
                     pc += 1
                 elif kind == _SRC:
                     sources = sources[:op[1]] + (op[2],) + sources[op[1] + 1:]
+                    pc += 1
+                elif kind == _USER:
+                    sources = tuple("user" if self.domains[a][cube[a][0]] is not None else None
+                                    for a in self.phase_axes)
                     pc += 1
                 elif kind == _SCOPE:
                     scope = op[1]
