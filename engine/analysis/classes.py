@@ -77,7 +77,7 @@ class _Program:
             at = self.op(_IF, _cond(cond), None, None)
             self.op(_SCOPE, index)
             after.append(self.op(_GOTO, None))
-            self.ops[at] = self.ops[at][:3] + (len(self.ops),)
+            self.patch([at])
         self.patch(after)
         self.resolve(lint)
         self.defaults(lint)
@@ -102,9 +102,11 @@ class _Program:
         self.ops.append(step)
         return len(self.ops) - 1
 
-    def patch(self, at: list[int], target: int | None = None) -> None:
+    def patch(self, at: list) -> None:
+        """Make the steps `at` (None: none) go next to the step about to be added."""
         for i in at:
-            self.ops[i] = self.ops[i][:-1] + (len(self.ops) if target is None else target,)
+            if i is not None:
+                self.ops[i] = self.ops[i][:-1] + (len(self.ops),)
 
     def when(self, cond, bind=None) -> int | None:
         """An _IF on `cond` to patch with where to go when it does not hold (None: always holds)."""
@@ -144,8 +146,8 @@ class _Program:
                 if phase is not None:
                     self.op(_SRC, policy.phase_names.index(phase), rule.name)
             self.fields(rule.log, lint)
-            self.patch([i for i in (nxt,) if i is not None])
-        self.patch([i for i in (skip,) if i is not None])
+            self.patch([nxt])
+        self.patch([skip])
 
     def defaults(self, lint: bool) -> None:
         policy = self.policy
@@ -168,7 +170,7 @@ class _Program:
             if nxt is None:
                 break  # an unconditional default always wins
             self.patch([nxt])
-        self.patch(done + [i for i in (skip,) if i is not None])
+        self.patch(done + [skip])
 
     def checks(self, rules, lint: bool) -> None:
         policy = self.policy
@@ -188,8 +190,8 @@ class _Program:
                 self.patch([ok])
                 self.fields(rule.message, lint, first=True, bind=bind, table=rule.allowed)
                 self.op(_VIOL)
-                self.patch([passed] + [i for i in (nxt,) if i is not None])
-        self.patch([i for i in (skip,) if i is not None])
+                self.patch([passed, nxt])
+        self.patch([skip])
 
 
 class Classes:
