@@ -7,10 +7,11 @@ a policy's domain is a config error for that policy, which counts as a rejection
 whose outcome differs is classified (compare.CLASSES), and alike changes are grouped and reduced to
 a few patterns over the inputs that matter.
 
-The work is organised around what each policy reads (domain.py): each policy is evaluated once
-per config of its own axes, in bulk, and its outcomes are interned; a config of the union is
-then a pair of outcome numbers, classified once per distinct pair, and each group of changed
-configs is a bit set that compare.cover reduces to patterns."""
+The work is organised around what each policy reads (domain.py): the configs of each policy's own
+axes fall into classes its rules cannot tell apart (classes.py), each policy is evaluated in bulk
+once per combination of a class's values on the inputs its outcome shows, and its outcomes are
+interned; a config of the union is then a pair of outcome numbers, classified once per distinct
+pair, and each group of changed configs is a bit set that compare.cover reduces to patterns."""
 from __future__ import annotations
 
 import collections

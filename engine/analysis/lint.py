@@ -1,6 +1,7 @@
 """Deep lint: what only the whole declared domain shows. Run by `hisparse check` after a policy
-loads cleanly; exact, by enumerating every config of the domain through the compiled rules in
-bulk (domain.py; the interpreter only to name the winners of a shadowed default).
+loads cleanly; exact over the whole domain, by evaluating one config per class of configs that meet
+the same conditions (classes.py) through the compiled rules in bulk (domain.py; the interpreter
+only to name the winners of a shadowed default).
 
 L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
 L402 dead-rule          a rule whose condition holds for no config
