@@ -11,7 +11,8 @@ import sys
 from engine.cli.commands import main as engine_main, register
 from engine.errors import HisparseError, Problem
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_input_flags, add_policy_options, combined, int_arg, layers_from_args)
+                                add_policy_options, combined, layers_from_args)
+from engine.sglang.argv import add_input_flags, int_arg
 from engine.progress import Progress
 from engine.values import clip, shown
 

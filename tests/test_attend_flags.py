@@ -9,6 +9,7 @@ import engine
 
 from engine.cli import options
 from engine.language.parts import RESERVED_FLAGS
+from engine.sglang.argv import add_input_flags
 from tests.helpers import minimal_text, run_cli
 
 SMALL = ["--requests", "1", "--context", "128", "--steps", "1", "--heads", "64",
@@ -47,7 +48,7 @@ def _attend_options(monkeypatch, tmp_path) -> set:
     monkeypatch.undo()
     parser = seen["hisparse attend"]
     empty = options.Parser(prog="inputs only")  # what add_input_flags gives any command
-    options.add_input_flags(empty, engine.load_policy(plain))
+    add_input_flags(empty, engine.load_policy(plain))
     return set(parser._option_string_actions) - set(empty._option_string_actions) - RESERVED_FLAGS
 
 

@@ -12,8 +12,9 @@ import sys
 
 from engine.errors import HisparseError, MissingDependency
 from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_input_flags, add_policy_options, combined, count_arg, int_arg,
-                                layers_from_args, percent_arg, print_problems, split_launch)
+                                add_policy_options, combined, count_arg, layers_from_args, percent_arg,
+                                print_problems, split_launch)
+from engine.sglang.argv import add_input_flags, int_arg
 from engine.cli.output import OutputError, SafeStream, silence
 from engine.cli.policies import cmd_policies
 from engine.progress import Progress

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.cli.options import (ERROR, VIOLATION, Parser, UsageError, add_input_flags, add_policy_options,
-                                combined, layers_from_args, policy_from_argv, split_launch)
+from engine.cli.options import (ERROR, VIOLATION, Parser, UsageError, add_policy_options, combined,
+                                layers_from_args, policy_from_argv, split_launch)
+from engine.sglang.argv import add_input_flags
 
 
 def cmd_launch(argv) -> int:

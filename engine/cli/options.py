@@ -11,7 +11,7 @@ import sys
 
 from engine.errors import EngineError
 from engine.files.shipped import DEFAULT_POLICY, policy_ref
-from engine.sglang.argv import add_input_flags, flag_values, int_arg  # add_input_flags: for the commands
+from engine.sglang.argv import flag_values, int_arg
 from engine.suggest import did_you_mean
 from engine.values import clip, escape_json, one_line, shown
 
