@@ -125,19 +125,28 @@ def analyses(quick: bool, cache_dir: str, folder: str) -> tuple[dict, dict]:
     figures["large_configs"] = size
     out = subprocess.run(cmds["diff_v9_v10"], capture_output=True, text=True, cwd=ROOT, env=env)
     figures["diff_v9_v10_configs"] = json.loads(out.stdout)["total"]  # the configs both sides evaluated
-    goals = {"check_seconds": goal(t["check_v10"]["cpu"], 1.0, "max", " s"),
+    goals = {"check_seconds": goal(t["check"]["cpu"], 1.0, "max", " s"),
              "diff_seconds": goal(t["diff_v9_v10"]["cpu"], 1.0, "max", " s")}
     return figures, goals
 
 
+# what finding policy files and caching their documents take, in engine/files: kept apart from
+# the core's count but reported beside it, so that the count cannot shrink by moving code
+FILE_SIDE = ("catalog.py", "releases.py", "cache.py")
+
+
 def core_lines() -> dict:
-    """Lines of the evaluation core (engine/language and engine/policy), per package."""
+    """Lines of the evaluation core (engine/language and engine/policy), per package, and of the
+    policy-file modules of engine/files (FILE_SIDE)."""
+    def lines(folder, names):
+        return sum(sum(1 for _ in open(os.path.join(folder, f), encoding="utf-8")) for f in names)
+
     out = {}
     for package in ("language", "policy"):
         folder = os.path.join(ROOT, "engine", package)
-        out[package] = sum(sum(1 for _ in open(os.path.join(folder, f), encoding="utf-8"))
-                           for f in sorted(os.listdir(folder)) if f.endswith(".py"))
+        out[package] = lines(folder, sorted(f for f in os.listdir(folder) if f.endswith(".py")))
     out["total"] = out["language"] + out["policy"]
+    out["files_side"] = lines(os.path.join(ROOT, "engine", "files"), FILE_SIDE)
     return out
 
 

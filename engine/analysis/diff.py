@@ -7,16 +7,18 @@ a policy's domain is a config error for that policy, which counts as a rejection
 whose outcome differs is classified (compare.CLASSES), and alike changes are grouped and reduced to
 a few patterns over the inputs that matter.
 
-The work is organised around what each policy reads (domain.py): each policy is evaluated once
-per config of its own axes, in bulk, and its outcomes are interned; a config of the union is
-then a pair of outcome numbers, classified once per distinct pair, and each group of changed
-configs is a bit set that compare.cover reduces to patterns."""
+The work is organised around what each policy reads (domain.py): the configs of each policy's own
+axes fall into classes its rules cannot tell apart (classes.py), each policy is evaluated in bulk
+once per combination of a class's values on the inputs its outcome shows, and its outcomes are
+interned; a config of the union is then a pair of outcome numbers, classified once per distinct
+pair, and each group of changed configs is a bit set that compare.cover reduces to patterns."""
 from __future__ import annotations
 
 import collections
 import itertools
 
 import engine.analysis.domain as domain
+from engine.analysis.classes import Classes
 from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
                       mask_of, outcome_of_error)
@@ -101,20 +103,18 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
         ids_a, outcomes_a, kept_a = _side(a, axes, "a_name", set(b.written))
         ids_b, outcomes_b, kept_b = _side(b, axes, "b_name", set(a.written))
         wide = len(outcomes_b)
-        group_of: dict = {}  # outcome pair -> its group's list of config numbers, or None (no change)
+        group_of: dict = {}  # outcome pair that changes -> its group's list of config numbers
         grouped: dict = {}  # (class, key) -> config numbers, in order
         scaled = [x * wide for x in ids_a]
         pairs = map(int.__add__, map(scaled.__getitem__, domain.projection(sizes, kept_a)),
                     iter(ids_b) if len(kept_b) == len(axes) else map(ids_b.__getitem__, domain.projection(sizes, kept_b)))
-        if progress is not None:
-            pairs = _reporting(pairs, total, progress)
-        for k, pair in enumerate(pairs):
-            points = group_of.get(pair, _UNSEEN)
-            if points is _UNSEEN:
-                cls, key = classify(outcomes_a[pair // wide], outcomes_b[pair % wide])
-                points = group_of[pair] = None if cls is None else grouped.setdefault((cls, key), [])
-            if points is not None:
-                points.append(k)
+        pairs = _listed(pairs, total, progress)
+        for pair in dict.fromkeys(pairs):  # each distinct pair once, in order of first config
+            cls, key = classify(outcomes_a[pair // wide], outcomes_b[pair % wide])
+            if cls is not None:
+                group_of[pair] = grouped.setdefault((cls, key), [])
+        for k in itertools.compress(itertools.count(), map(group_of.__contains__, pairs)):
+            group_of[pairs[k]].append(k)
     if progress is not None:
         progress(total, total)
     counts = dict.fromkeys(CLASSES, 0)
@@ -161,21 +161,17 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
     }
 
 
-_UNSEEN = object()
-
-
-def _reporting(items, total: int, progress):
-    """`items`, calling progress(done, total) after every PROGRESS_EVERY of them (a block at a
-    time, so the loop over them tests nothing per item)."""
-    done = 0
+def _listed(items, total: int, progress) -> list:
+    """`items` as a list, calling progress(done, total) after every PROGRESS_EVERY of them."""
+    if progress is None:
+        return list(items)
+    out: list = []
     while True:
         block = list(itertools.islice(items, PROGRESS_EVERY))
-        if not block:
-            return
-        yield from block
-        done += len(block)
-        if len(block) == PROGRESS_EVERY:
-            progress(done, total)
+        out += block
+        if len(block) < PROGRESS_EVERY:
+            return out
+        progress(len(out), total)
 
 
 def _side(policy, axes, side: str, other_written: set):
@@ -193,25 +189,46 @@ def _side(policy, axes, side: str, other_written: set):
     sizes = [len(v) for v in values]
     steps = domain.strides(sizes)
     kept_only = [n for n in policy.input_names if n in other_written and n not in policy.written]
-    order = domain.reorder([names.index(n) for n in policy.input_names])
-    configs = map(order, itertools.product(*[[vals[j] for j in ok] for vals, ok in zip(values, valid)]))
+    pos = [names.index(n) for n in policy.input_names]  # the policy's input order -> these axes
     number: dict = collections.defaultdict(itertools.count().__next__)  # outcome -> its number
-    found: list = []  # outcome numbers of the valid configs, in order
-    if kept_only:  # rare: the other policy rewrites an input this one keeps
-        given = domain.reorder([policy.input_names.index(n) for n in kept_only])
-        configs, again = itertools.tee(configs)
-        for chunk in domain.results(policy, configs):
-            found.extend(number[r + (given(c),)] for r, c in zip(chunk, again))  # chunk first: zip stops there
-    else:
-        for chunk in domain.results(policy, configs):
-            found.extend(map(number.__getitem__, chunk))
-    outcomes = [_outcome(policy, key, kept_only) for key in number]
+    given = domain.reorder([policy.input_names.index(n) for n in kept_only])
+
+    def evaluate(configs) -> list:
+        """The outcome numbers of `configs` (valid, in the policy's input order)."""
+        found: list = []
+        if kept_only:  # rare: the other policy rewrites an input this one keeps
+            configs, again = itertools.tee(configs)
+            for chunk in domain.results(policy, configs):
+                found.extend(number[r + (given(c),)] for r, c in zip(chunk, again))  # chunk first: zip stops there
+        else:
+            for chunk in domain.results(policy, configs):
+                found.extend(map(number.__getitem__, chunk))
+        return found
+
     ids = [0] * domain.size(sizes)
-    # the valid configs lie in runs (the axes after the last one with a refused value are whole)
-    cut = max([i + 1 for i, ok in enumerate(valid) if len(ok) < sizes[i]], default=0)
-    run = domain.size(sizes[cut:])
-    for j, start in enumerate(domain.numbers(valid[:cut], steps[:cut])):
-        ids[start:start + run] = found[j * run:(j + 1) * run]
+    lists = [[values[k][j] for j in valid[k]] for k in pos]
+    leaves = Classes(policy, lists, lint=False, extra=kept_only).cubes(budget=domain.size(len(v) for v in lists))
+    if leaves is None:  # the classes do not pay: every valid config, in order
+        configs = map(domain.reorder(pos), itertools.product(*[[vals[j] for j in ok] for vals, ok in zip(values, valid)]))
+        found = evaluate(configs)
+        # the valid configs lie in runs (the axes after the last one with a refused value are whole)
+        cut = max([i + 1 for i, ok in enumerate(valid) if len(ok) < sizes[i]], default=0)
+        run = domain.size(sizes[cut:])
+        for j, start in enumerate(domain.numbers(valid[:cut], steps[:cut])):
+            ids[start:start + run] = found[j * run:(j + 1) * run]
+    else:  # one config per combination of a class's values on the axes its outcome shows
+        shown = [sorted(a for a in reads if len(cube[a]) > 1) for cube, reads in leaves]
+        configs = itertools.chain.from_iterable(
+            itertools.product(*[[vals[j] for j in s] if a in axes else [vals[s[0]]]
+                                for a, (vals, s) in enumerate(zip(lists, cube))])
+            for (cube, _), axes in zip(leaves, shown))
+        found = evaluate(configs)
+        at = 0
+        for (cube, _), axes in zip(leaves, shown):
+            count = domain.size(len(cube[a]) for a in axes)
+            _fill(ids, cube, axes, found[at:at + count], [valid[k] for k in pos], [steps[k] for k in pos])
+            at += count
+    outcomes = [_outcome(policy, key, kept_only) for key in number]
     # the rest: the first value (in axis order) the policy does not accept decides the error
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])
@@ -222,6 +239,48 @@ def _side(policy, axes, side: str, other_written: set):
             for start in domain.numbers(valid[:axis] + [[j]], steps[:axis + 1]):
                 ids[start:start + block] = error
     return ids, outcomes, kept
+
+
+def _fill(ids, cube, axes, found, valid, steps) -> None:
+    """ids[number of each config of `cube`] = its outcome number: found[i] for the i-th combination
+    (in order) of its values on `axes`, whatever its values on the others. valid: per axis, the
+    index among all values of each valid one; steps: the config numbers' strides."""
+    numbers = [0]
+    for a, s in enumerate(cube):
+        offset = [valid[a][j] * steps[a] for j in s]
+        numbers = [x + o for x in numbers for o in offset] if len(s) > 1 else [x + offset[0] for x in numbers]
+    if len(found) == 1:
+        first = found[0]
+        for k in numbers:
+            ids[k] = first
+        return
+    if len(found) < len(numbers):  # some axes do not matter: each combination repeats
+        found = _spread(found, [(len(s), a in axes) for a, s in enumerate(cube) if len(s) > 1])
+    for k, x in zip(numbers, found):
+        ids[k] = x
+
+
+def _spread(found: list, axes: list[tuple[int, bool]]) -> list:
+    """found (one item per combination of the values of the axes marked True, in order) spread
+    over every combination of all `axes` ((size, marked) each, in order): unmarked axes repeat."""
+    marked = [size for size, m in axes if m]
+    inner = [domain.size(marked[i + 1:]) for i in range(len(marked))]  # strides over `found`
+    whole = len(axes)  # from here on every axis is marked: a slice of found
+    while whole and axes[whole - 1][1]:
+        whole -= 1
+
+    def build(i: int, k: int, start: int) -> list:  # axes i.., the k-th marked one next
+        if i >= whole:
+            return found[start:start + domain.size(marked[k:])]
+        size, m = axes[i]
+        if not m:
+            return build(i + 1, k, start) * size
+        out: list = []
+        for v in range(size):
+            out += build(i + 1, k + 1, start + v * inner[k])
+        return out
+
+    return build(0, 0, 0)
 
 
 def _outcome(policy, key, kept_only) -> Outcome:

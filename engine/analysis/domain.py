@@ -119,6 +119,22 @@ def results(policy, configs, held: list | None = None, chosen: list | None = Non
         yield out
 
 
+def classes(policy, lint: bool = False, admitting=None):
+    """(configs, weights): one config per class of the declared domain (classes.py) in domain
+    order, and how many configs its class holds; `lint`: classes as the lint reads them (the
+    counting evaluator's tests and the capability scan, `admitting` as Classes takes it), else as
+    an outcome holds them. Where the
+    walk over classes would cost more than the configs themselves: every config, each its own."""
+    from engine.analysis.classes import Classes
+
+    domains = [policy.inputs[n].domain() for n in policy.input_names]
+    cubes = Classes(policy, domains, lint, admitting=admitting).cubes(budget=size(len(d) for d in domains))
+    if cubes is None:
+        return itertools.product(*domains), itertools.repeat(1)
+    return ([tuple(d[s[0]] for d, s in zip(domains, c)) for c, _ in cubes],
+            [size(len(s) for s in c) for c, _ in cubes])
+
+
 def reorder(order: list[int]):
     """A function from a tuple to the tuple of its items at `order` (always a tuple)."""
     if not order:
@@ -161,6 +177,9 @@ def numbers(choices: list[list[int]], steps: list[int]):
 def projection(sizes: list[int], kept: list[int]):
     """For each config of the product of `sizes`, in order, its number in the product of only
     the axes `kept` (sorted axis indices)."""
+    if 1 in sizes:  # an axis of one value changes no number
+        live = [i for i, s in enumerate(sizes) if s > 1]
+        return projection([sizes[i] for i in live], [live.index(i) for i in kept if sizes[i] > 1])
     inner = size(sizes[kept[-1] + 1:]) if kept else size(sizes)
     if kept == list(range(len(kept))):  # a leading block of axes: each number repeats
         if inner == 1:

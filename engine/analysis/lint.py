@@ -1,6 +1,7 @@
 """Deep lint: what only the whole declared domain shows. Run by `hisparse check` after a policy
-loads cleanly; exact, by enumerating every config of the domain through the compiled rules in
-bulk (domain.py; the interpreter only to name the winners of a shadowed default).
+loads cleanly; exact over the whole domain, by evaluating one config per class of configs that meet
+the same conditions (classes.py) through the compiled rules in bulk (domain.py; the interpreter
+only to name the winners of a shadowed default).
 
 L401 shadowed-default   a default rule whose condition holds somewhere, but earlier rules always win
 L402 dead-rule          a rule whose condition holds for no config
@@ -135,9 +136,11 @@ def _deprecated_notices(policy) -> list[Problem]:
 
 
 def _domain_lint(policy, also=None) -> list[Problem]:
-    """L401-L403 from one counting pass over the domain. `also(chunk, configs)`: another consumer
-    of every chunk of results with its configs, in domain order (then the whole domain is
-    scanned; without it, the part where no phase is unset only while the counts need it)."""
+    """L401-L403 from one counting pass over one config per class of the domain (classes.py: the
+    configs of a class meet the same conditions, so the counts say which rules hold or are chosen
+    somewhere, and a class's first config is its first counterexample). `also(chunk, configs,
+    weights)`: another consumer of every chunk of results with its configs and their classes' sizes,
+    in domain order."""
     import itertools
 
     import engine.analysis.domain as domain
@@ -150,50 +153,31 @@ def _domain_lint(policy, also=None) -> list[Problem]:
     phase_index = {ph: i for i, ph in enumerate(policy.phase_names)}
     reads = _phases_read(policy)
     names = policy.input_names
-    domains = [policy.inputs[n].domain() for n in names]
-    # A default fills only a phase the config leaves unset, so L403's counterexamples (the first,
-    # in domain order) lie where some phase is unset: that part is scanned first. The rest only
-    # adds to the counts, so it is scanned only if they still leave a rule unseen or a default
-    # held but never chosen. (Phase inputs are the last inputs: see build.Parts.)
-    k = len(policy.phases)
-    if k and also is None and names[-k:] == tuple(spec.input for spec in policy.phases.values()):
-        tails = list(itertools.product(*domains[-k:]))
-        first = [t for t in tails if None in t]
-        rest = [t for t in tails if None not in t]
-        parts = [(first, True), (rest, False)]
-    else:
-        parts = [(list(itertools.product(*domains[-k:])) if k else [()], True)]
-    lead = domains[:len(names) - k]
-
-    def complete() -> bool:
-        return all(held[i] and (rules[i].stage != "defaults" or chosen[i]) for i in range(len(rules)))
-
     with domain.no_gc():
-        for tails, search in parts:
-            if not search and complete():
-                break
-            configs = (a + t for a in itertools.product(*lead) for t in tails)
-            if not search:
-                for _ in domain.results(policy, configs, held, chosen):
-                    pass
-                continue
-            configs, again = itertools.tee(configs)
-            for chunk in domain.results(policy, configs, held, chosen):
-                combos = list(itertools.islice(again, len(chunk)))
-                if also is not None:
-                    also(chunk, combos)
-                for (_, sources, _, viol, _), combo in zip(chunk, combos):
-                    for index, phase, message in viol:
-                        if phase is not None:
-                            src = sources[phase_index[phase]]
-                        elif index in reads:  # a whole-config check (at: defaults or not): blame the
-                            # default that filled every phase it reads, when one did
-                            filled = {sources[phase_index[ph]] for ph in reads[index]}
-                            src = filled.pop() if len(filled) == 1 else None
-                        else:
-                            continue
-                        if src in defaults and src not in contradiction:
-                            contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
+        gates, gate_reads = _gates(policy)
+        admitting = (lambda ph, backend, env: _admitting_check(policy, gates, ph, backend, env),
+                     gate_reads | {spec.input for spec in policy.phases.values()})
+        configs, weights = domain.classes(policy, lint=True, admitting=admitting)
+        classes = configs if isinstance(configs, list) else None
+        configs, again = itertools.tee(configs)
+        weights = iter(weights)
+        for chunk in domain.results(policy, configs, held, chosen):
+            combos = list(itertools.islice(again, len(chunk)))
+            sizes = list(itertools.islice(weights, len(chunk)))
+            if also is not None:
+                also(chunk, combos, sizes)
+            for (_, sources, _, viol, _), combo in zip(chunk, combos):
+                for index, phase, message in viol:
+                    if phase is not None:
+                        src = sources[phase_index[phase]]
+                    elif index in reads:  # a whole-config check (at: defaults or not): blame the
+                        # default that filled every phase it reads, when one did
+                        filled = {sources[phase_index[ph]] for ph in reads[index]}
+                        src = filled.pop() if len(filled) == 1 else None
+                    else:
+                        continue
+                    if src in defaults and src not in contradiction:
+                        contradiction[src] = (dict(zip(names, combo)), rules[index].name, message)
     out = []
 
     def report(rule, code: str, message: str) -> None:
@@ -201,7 +185,7 @@ def _domain_lint(policy, also=None) -> list[Problem]:
             out.append(_problem(policy, code, message, rule.path))
 
     shadowed = [r for i, r in enumerate(rules) if r.stage == "defaults" and held[i] and not chosen[i]]
-    winners = _winners(policy, shadowed) if shadowed else {}
+    winners = _winners(policy, shadowed, classes) if shadowed else {}
     for i, rule in enumerate(rules):
         if held[i] == 0:
             what = {"resolve": "resolve rule", "defaults": "default rule", "checks": "check"}[rule.stage]
@@ -234,11 +218,14 @@ def _phases_read(policy) -> dict:
     return out
 
 
-def _winners(policy, shadowed) -> dict:
-    """For each shadowed default, the rules chosen where it applies (a second, traced pass)."""
+def _winners(policy, shadowed, classes=None) -> dict:
+    """For each shadowed default, the rules chosen where it applies (a second, traced pass; over
+    one config per class when there are classes: the defaults that apply, and the one chosen, are
+    the same on a whole class)."""
     names = {r.name for r in shadowed}
     out: dict = {n: set() for n in names}
-    for config in policy.domain():
+    configs = policy.domain() if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
+    for config in configs:
         trace = interpret.Trace()
         interpret.run(policy, config, config, trace)
         matched = {r.name for r in trace.default_matches} & names
@@ -251,8 +238,9 @@ def _winners(policy, shadowed) -> dict:
 
 
 def _capability_scan(policy):
-    """(consume, finish) for L407 over the whole domain: consume(chunk, configs) reads each chunk
-    of counting results with its configs, in domain order; finish() gives (problems, notes). Every
+    """(consume, finish) for L407 over the whole domain: consume(chunk, configs, weights) reads each
+    chunk of counting results with its configs and the number of configs each stands for, in
+    domain order; finish() gives (problems, notes). Every
     accepted config in scope whose phase backend was put there by a default (or resolve) rule, or
     admitted by a per-phase allow-list check, must be one that backend's capabilities cover. One
     problem per (rule, phase, backend), with the first counterexample in domain order; known gaps
@@ -262,24 +250,21 @@ def _capability_scan(policy):
     caps = policy.capabilities
     names = policy.input_names
     slots = [(i, phase, slot) for i, (phase, slot) in enumerate(policy.phase_slots)]
-    gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
+    gates, gate_reads = _gates(policy)
     # what a verdict depends on, as positions in the values: the inputs a capability reads, and
     # the inputs the allow-list checks read (with the phase backends), so each is decided once
     where = {n: k for k, n in enumerate(names)}
     reads = {b: [where[n] for n in sorted(set().union(*[e.when.inputs() for e in c.runs + c.gaps] or [set()]))
                  if n in where] for b, c in caps.items()}
     picks = {b: domain.reorder(idx) for b, idx in reads.items()}  # this loop sees every config
-    gate_reads = set(policy.stages["checks"].when.inputs())
-    for r in gates:
-        gate_reads |= r.when.inputs() | r.allowed.keys_read()
     gate_idx = sorted({where[n] for n in gate_reads if n in where} | {slot for _, _, slot in slots})
     verdicts: dict = {}  # (backend, phase, the values it reads, who set each phase) -> None | gap | "no"
     admitted: dict = {}  # (phase, backend, the values the allow-lists read) -> the admitting check or None
     found: dict = {}  # (rule name, phase, backend) -> (config as given, resolved config, rule)
     gaps: dict = {}  # (backend, phase, gap text) -> count
 
-    def consume(chunk, combos) -> None:
-        for (values, sources, _, viol, scope), combo in zip(chunk, combos):
+    def consume(chunk, combos, weights) -> None:
+        for (values, sources, _, viol, scope), combo, weight in zip(chunk, combos, weights):
             if viol or scope is not None:
                 continue
             for i, phase, slot in slots:
@@ -310,7 +295,7 @@ def _capability_scan(policy):
                         continue
                 if verdict != "no":
                     gkey = (backend, phase, verdict.text)
-                    gaps[gkey] = gaps.get(gkey, 0) + 1
+                    gaps[gkey] = gaps.get(gkey, 0) + weight
                     continue
                 fkey = (rule.name, phase, backend)
                 if fkey not in found:  # the config as given: phases a default fills are unset
@@ -347,6 +332,15 @@ def _capability_problems(policy, found: dict, gaps: dict) -> tuple[list[Problem]
     notes = [f"{policy.file}: known gap, routes to a backend that cannot run them ({', '.join(routes)}): {text}"
              for text, routes in by_reason.items()]
     return out, notes
+
+
+def _gates(policy) -> tuple[list, set]:
+    """(the per-phase allow-list checks, the inputs they and the checks stage's condition read)."""
+    gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
+    reads = set(policy.stages["checks"].when.inputs())
+    for r in gates:
+        reads |= r.when.inputs() | r.allowed.keys_read()
+    return gates, reads
 
 
 def _admitting_check(policy, gates, phase: str, backend: str, env: dict):
