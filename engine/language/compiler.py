@@ -12,9 +12,11 @@ shipped version's domain.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from engine.language.conditions import Cond, TrueCond
 from engine.language.rules import Rule, Table
-from engine.language.templates import Literal, Template, render_field
+from engine.language.templates import Literal, render_field
 
 
 class _Emitter:
@@ -99,8 +101,6 @@ def compile_probe(policy, count: bool = True) -> tuple[str, dict]:
                         e.emit(f"s_{phase} = {rule.name!r}")
                 if rule.log is not None:
                     e.emit(f"log.append({rule.log.fstring(tpl)})")
-                if not rule.set and rule.log is None and rule.require is None:
-                    e.emit("pass")
 
     # defaults: the first matching rule fills each unset phase; with checks placed `at: defaults`,
     # its log line waits for them (upstream raises inside its backend step, before logging)
@@ -165,25 +165,19 @@ def _comment(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
-class _block:
+@contextmanager
+def _block(e: _Emitter, cond: Cond, var: dict):
     """`if COND:` around the body, or nothing when COND always holds."""
-
-    def __init__(self, e: _Emitter, cond: Cond, var: dict):
-        self.e, self.always = e, isinstance(cond, TrueCond)
-        if not self.always:
-            e.emit(f"if {cond.py(var)}:")
-            e.depth += 1
-        self.start = len(e.lines)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if len(self.e.lines) == self.start:
-            self.e.emit("pass")  # keeps an empty body valid
-        if not self.always:
-            self.e.depth -= 1
-        return False
+    always = isinstance(cond, TrueCond)
+    if not always:
+        e.emit(f"if {cond.py(var)}:")
+        e.depth += 1
+    start = len(e.lines)
+    yield
+    if len(e.lines) == start:
+        e.emit("pass")  # keeps an empty body valid
+    if not always:
+        e.depth -= 1
 
 
 def _check(e: _Emitter, rule: Rule, idx: int, var: dict, tpl: dict, phase: str | None,
