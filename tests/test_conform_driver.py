@@ -374,6 +374,19 @@ def test_a_worker_killed_by_a_signal():
         runner.run_cases(stand_in(crash), CASES, workers=3)
 
 
+def test_a_worker_killed_on_its_first_case_is_named_every_time():
+    # the death races the parent, which may still be queueing chunks (the pool then refuses the
+    # next one) and whose pool thread reaps and stops workers while the crash is looked into
+    def crash(c):
+        if c.argv == ("--n=0",):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return echo(c)
+    for _ in range(30):
+        with pytest.raises(runner.WorkerCrashed) as exc:
+            runner.run_cases(stand_in(crash), CASES, workers=3)
+        assert (exc.value.index, exc.value.exitcode) == (0, -signal.SIGKILL)
+
+
 def test_a_driver_that_raises_names_the_case():
     def bad(c):
         if c.argv == ("--n=5",):

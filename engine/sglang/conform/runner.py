@@ -233,10 +233,17 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
                                initargs=(driver, cases, slots))
     procs = []
+
+    def submit(start):
+        try:  # a worker may die before a later chunk is queued: the pool then refuses the chunk
+            return pool.submit(_run_chunk, start, min(start + size, len(cases)))
+        except BrokenProcessPool:
+            raise _crash(slots, procs, cases) from None
+
     try:
         pending = set()
         for start in itertools.islice(chunks, 2 * workers):
-            pending.add(pool.submit(_run_chunk, start, min(start + size, len(cases))))
+            pending.add(submit(start))
             if not procs:  # a fork pool starts all its workers at the first submit
                 procs = [p for p in multiprocessing.active_children() if p not in before]
         while pending:
@@ -253,7 +260,7 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
                 done += len(chunk)
                 start = next(chunks, None)
                 if start is not None:
-                    pending.add(pool.submit(_run_chunk, start, min(start + size, len(cases))))
+                    pending.add(submit(start))
             if bar:
                 bar(done)
             _check_timeout(slots, cases, case_timeout)
@@ -286,8 +293,10 @@ def _crash(slots, procs, cases) -> WorkerCrashed:
     """The worker that died, and its case. The pool stops the other workers (SIGTERM) once one
     dies: the one that died first is the one that did not die of that, if any."""
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not any(p.exitcode is not None for p in procs):
-        time.sleep(0.01)  # the pool saw the death before this process reaped it
+    # the pool stops every worker once one dies: wait for all, as a death seen early may not be
+    # the first (the pool's own thread may be reaping the first while this one looks)
+    while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+        time.sleep(0.01)
     dead = [p for p in procs if p.exitcode is not None]
     dead.sort(key=lambda p: p.exitcode == -signal.SIGTERM)
     proc = dead[0] if dead else None
