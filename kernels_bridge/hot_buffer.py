@@ -31,13 +31,16 @@ Data structures
                  a sink that stays -1, so masked lookups and writes need no branches.
                  ``_slot_row`` and ``_pos_slot`` are always exact inverses on their resident
                  entries: a hit test is one gather, an eviction two scatters.
-``_lru``         int64 ``[R, B]``: each request's LRU slots ordered least- to most-recently used
+``_lru``         ``[R, B]``: each request's LRU slots ordered least- to most-recently used
                  (SGLang's ``lru_slots``), a strict total order; eviction takes from the front.
+                 int64 for the tensor code (an index), else the dtype of ``_pos_slot``.
 ``_newest_pos``  int64 ``[R]``: position held by the reserved slot, -1 if none.
 ``_seq_len``     int64 ``[R]``: the last seq_len seen, to notice a rollback cheaply.
 
-Translation, per request (all requests of a call are processed together with batched tensor
-ops; there is no Python loop over requests or tokens):
+Translation, per request. Long requests' bookkeeping runs in C on the CPU where
+``hot_buffer_lru.c`` was built (``native.py``), one request at a time; elsewhere, and for short
+requests, all requests of a call are processed together with batched tensor ops (no Python loop
+over requests or tokens). Both give the same answers:
 
 * ``seq_len <= B`` (short): slot = position. As in SGLang, where a short request's whole prefix
   lives in its buffer in order (prefill writes it, decode appends in place), every position
@@ -75,6 +78,7 @@ import torch
 from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
 from kernels_bridge.layout import STAGING_BYTES, hot_buffer_bytes, slot_bytes
+from kernels_bridge import native
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 from kernels_bridge.validate import INT32_MAX
 
@@ -252,9 +256,11 @@ class HotBuffer:
         self._pos_slot = torch.full(
             (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
         )
-        self._lru_init = torch.arange(buffer_size, dtype=torch.int64, device=dev)
-        self._arange32 = self._lru_init.to(torch.int32)
-        self._reserved_plus_one = torch.tensor(buffer_size + 1, dtype=torch.int32, device=dev)
+        # On the CPU the long requests' bookkeeping runs in C where it was built (native.py); its
+        # LRU order holds slot numbers in the map's dtype, the tensor code's int64 (an index).
+        self._native = native.translate_long() if dev.type == "cpu" else None
+        self._lru_init = torch.arange(buffer_size, device=dev,
+                                      dtype=torch.int64 if self._native is None else self._slot_dtype)
         self._lru = self._lru_init.repeat(num_requests, 1)
         self._newest_pos = torch.full((num_requests,), -1, dtype=torch.int64, device=dev)
         self._seq_len = torch.zeros((num_requests,), dtype=torch.int64, device=dev)
@@ -277,12 +283,18 @@ class HotBuffer:
         # multi-megabyte tensor per step costs more in page faults than the arithmetic done in it.
         self._scratch: dict = {}
         self._scratch_views: dict = {}
-        self._all_requests = torch.arange(num_requests, device=dev)
+        if self._native is None:
+            self._init_tensor_path()
+
+    def _init_tensor_path(self) -> None:
+        """The constants and the second LRU order only the tensor bookkeeping uses."""
+        dev, cells = self._device, self._num_requests * self._buffer_size
+        self._arange32 = self._lru_init.to(torch.int32)
+        self._all_requests = torch.arange(self._num_requests, device=dev)
         self._lru_next = torch.empty_like(self._lru)  # a whole-batch step writes the new order here
         # Constant [R * B] vectors a step takes prefixes of: entry ids, the tags that test the
         # misses for repeats (entry id mod 2**15 for int16: distinct within a row, top_k <= B),
         # and the 1 a scatter writes (a tensor source scatters several times faster than a scalar).
-        cells = num_requests * buffer_size
         self._iota = torch.arange(cells, dtype=torch.int64, device=dev)
         tag_mask = 0x7FFF if self._slot_dtype == torch.int16 else INT32_MAX
         self._tags = (self._iota & tag_mask).to(self._slot_dtype)
@@ -383,7 +395,7 @@ class HotBuffer:
         """int64 ``[buffer_size]``: the LRU slots of ``req_id``, least- to most-recently used
         (eviction takes from the front). A copy."""
         r = self._check_req_scalar(req_id)
-        return self._lru[r].to("cpu", copy=True)
+        return self._lru[r].to("cpu", torch.int64, copy=True)
 
     # ------------------------------------------------------------------ lifecycle
     def free(self, req_ids: IntArg) -> None:
@@ -661,6 +673,35 @@ class HotBuffer:
         """seq_len > B: LRU over slots 0..B-1, newest token in the reserved slot B.
 
         rid, lens, row_max int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
+        """
+        if self._native is not None:
+            return self._translate_long_native(rid, lens, pos)
+        return self._translate_long_tensors(rid, lens, pos, row_max)
+
+    def _translate_long_native(self, rid, lens, pos):
+        """:meth:`_translate_long` in C, one request at a time (hot_buffer_lru.c)."""
+        g, top_k = pos.shape
+        B, i32, i64, slot = self._buffer_size, torch.int32, torch.int64, self._slot_dtype
+        ws = self._ws
+        rid, lens, pos = rid.contiguous(), lens.contiguous(), pos.contiguous()
+        out = torch.empty((g, top_k), dtype=i32)
+        src, dst = ws("src", (g * top_k + g,), i64), ws("dst", (g * top_k + g,), i64)
+        counts = ws("counts", (2,), i64)
+        scratch = [ws("mark", (B + 1,), torch.uint8), ws("held", (B,), slot), ws("cur", (top_k,), i32),
+                   ws("cand", (top_k,), i32), ws("miss_flat", (top_k,), i64), ws("miss_slot", (top_k + 1,), slot),
+                   ws("fresh", (g,), i64)]
+        copies = self._native(
+            g, top_k, B, self._max_seq_len, self._stride, self._sink, rid.data_ptr(), lens.data_ptr(),
+            pos.data_ptr(), self._pos_slot.data_ptr(), int(slot == i32), self._slot_row.data_ptr(),
+            self._lru.data_ptr(), self._newest_pos.data_ptr(), out.data_ptr(), src.data_ptr(), dst.data_ptr(),
+            counts.data_ptr(), *(t.data_ptr() for t in scratch))
+        if copies < 0:  # validation makes this impossible: a broken invariant, not bad input
+            raise RuntimeError("hot buffer: a request had more misses than evictable slots")
+        return out, src[:copies], dst[:copies], counts[0].clone(), counts[1].clone()
+
+    def _translate_long_tensors(self, rid, lens, pos, row_max):
+        """:meth:`_translate_long` in whole-batch tensor passes (other devices, or no C build).
+
         On the CPU the cost of this bookkeeping is memory traffic, so: every [g, k] and [g, B]
         temporary is scratch kept between steps, written with out= or in place (a fresh
         multi-megabyte tensor costs more in page faults than the arithmetic done in it); masks
@@ -693,9 +734,11 @@ class HotBuffer:
         # kernel), compacted by a running count and one scatter: cheaper than nonzero.
         count = torch.cumsum(miss, 0, dtype=i32, out=ws("count", (n,), i32))
         nm = int(count[-1]) if n else 0
+        # misses per row from the running count at each row's end (a row sum of int32 is slow)
+        ends = count.view(g, top_k)[:, -1].long() if n else torch.zeros(g, dtype=i64, device=self._device)
         count.sub_(nm + 1).mul_(miss).add_(nm)  # the i-th miss -> i, the rest -> nm (a dump)
         to = ws("index", (n,), i64).copy_(count)
-        mi = ws("mi", (nm + 1,), i64).scatter_(0, to, self._iota[:n])[:nm]
+        mi = ws("mi", (n + 1,), i64)[: nm + 1].scatter_(0, to, self._iota[:n])[:nm]
         m_flat32 = torch.index_select(flat, 0, mi)  # r * S + p, also the host row
         m_flat = m_flat32.long()
 
@@ -707,7 +750,7 @@ class HotBuffer:
         distinct = bool(torch.equal(pos_slot.index_select(0, m_flat), tags))
         if distinct:
             f_entry, f_flat, f_flat32 = mi, m_flat, m_flat32
-            n_miss = miss.view(g, top_k).sum(1)  # int64 [g]
+            n_miss = torch.diff(ends, prepend=ends.new_zeros(1))  # int64 [g]
         else:  # first appearances: the least column per position (rows are distinct requests)
             m_col = (mi % top_k).to(pos_slot.dtype)  # top_k <= B fits the slot dtype
             pos_slot.scatter_reduce_(0, m_flat, m_col, reduce="amin", include_self=False)

@@ -1,6 +1,7 @@
 """Tests of kernels_bridge.hot_buffer.HotBuffer: residency invariants, SGLang's LRU order, stats,
 errors without side effects, lifecycle, and a property test against the plain-Python LRU model
-(tests/oracles/lru_model.py), which must agree slot for slot and byte for byte."""
+(tests/oracles/lru_model.py), which must agree slot for slot and byte for byte. Every test runs
+twice: on the C bookkeeping of long requests and on the tensor code (tests/native_path.py)."""
 from __future__ import annotations
 
 import random
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels_bridge.hot_buffer import HotBuffer, HotBufferError, HotBufferStats
+from tests.native_path import bookkeeping  # noqa: F401 (an autouse fixture: both paths)
 from tests.oracles.lru_model import LRUModel
 
 KINDS = ["bf16", "fp8"]
@@ -533,7 +535,7 @@ def _run_against_model(data, kind: str, max_steps: int) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_matches_the_lru_model(kind, data):
     """Exact agreement: SGLang's LRU order is a strict total order, so slot choice is fully
@@ -543,7 +545,7 @@ def test_matches_the_lru_model(kind, data):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_matches_the_lru_model_long(kind, data):
     _run_against_model(data, kind, max_steps=20)

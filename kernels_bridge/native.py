@@ -1,0 +1,53 @@
+"""The hot buffer's compiled CPU bookkeeping (hot_buffer_lru.c), loaded with ctypes.
+
+`pip install` builds hot_buffer_lru.c into kernels_bridge/_hot_buffer_lru*.so when a C compiler
+is there (an optional extension: without one the install goes on). Where the library is missing
+or does not load, HotBuffer keeps its tensor bookkeeping, which gives the same answers; `hisparse
+doctor` says which one runs.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from typing import Optional
+
+MODULE = "kernels_bridge._hot_buffer_lru"
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+_loaded: Optional[object] = None
+_reason = ""
+
+
+def _load():
+    global _loaded, _reason
+    if _loaded is not None or _reason:
+        return _loaded
+    if os.environ.get("HISPARSE_NO_NATIVE"):
+        _reason = "switched off by HISPARSE_NO_NATIVE"
+        return None
+    spec = importlib.util.find_spec(MODULE)  # finds the built file without importing it
+    if spec is None or not spec.origin:
+        _reason = "not built (no C compiler when the package was installed)"
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+        fn = lib.hb_translate_long
+    except (OSError, AttributeError) as exc:
+        _reason = f"{spec.origin} did not load: {exc}"
+        return None
+    fn.restype = _I64
+    fn.argtypes = [_I64] * 6 + [_P] * 4 + [_INT] + [_P] * 14
+    _loaded = fn
+    return fn
+
+
+def translate_long():
+    """The C function hb_translate_long, or None (then `reason()` says why)."""
+    return _load()
+
+
+def reason() -> str:
+    """Why the compiled bookkeeping is not used; "" when it is."""
+    _load()
+    return _reason

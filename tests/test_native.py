@@ -1,0 +1,146 @@
+"""The hot buffer's C bookkeeping (kernels_bridge/hot_buffer_lru.c via kernels_bridge/native.py):
+it is what a CPU HotBuffer uses where it was built, it agrees with the tensor code state for state,
+and where it is missing or switched off the buffer falls back and `doctor` says why."""
+from __future__ import annotations
+
+import importlib.machinery
+import random
+
+import pytest
+import torch
+
+from kernels_bridge import native
+from kernels_bridge.doctor import doctor_report, render_doctor
+from kernels_bridge.hot_buffer import HotBuffer
+from tests.native_path import require_c, tensor_path
+
+
+def _pool(R, S, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (R, S, 656), dtype=torch.uint8, generator=g)
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """native.py forgets what it loaded, so that the next call looks again."""
+    monkeypatch.setattr(native, "_loaded", None)
+    monkeypatch.setattr(native, "_reason", "")
+    return monkeypatch
+
+
+def test_cpu_buffers_use_the_c_bookkeeping_where_built():
+    require_c()
+    assert native.reason() == ""
+    assert HotBuffer(_pool(2, 300), 64)._native is not None
+    with tensor_path():
+        assert HotBuffer(_pool(2, 300), 64)._native is None
+
+
+def _stream(rng, R, S, B, K, steps):
+    """(call, args) per step: translates of random subsets with ~30 % fresh positions, repeats,
+    padding and an empty top-k row, seq_lens that grow, roll back, and cross buffer_size, with a
+    free() now and then."""
+    lens = [rng.randrange(B - 20, S - 60) if r % 3 != 2 else rng.randrange(1, B)
+            for r in range(R)]
+    prev = [[] for _ in range(R)]
+    for step in range(steps):
+        if step % 9 == 8:
+            yield "free", (rng.randrange(R),)
+            continue
+        ids = sorted(rng.sample(range(R), rng.randint(1, R)))
+        rows = []
+        for r in ids:
+            lens[r] = max(1, min(S, lens[r] + rng.choice([1, 1, 1, 2, -3, -40])))
+            L = lens[r]
+            keep = [p for p in prev[r] if 0 <= p < L][: int(0.7 * K)]
+            row = keep + [rng.randrange(L) for _ in range(K - len(keep))]
+            row += rng.sample(row, min(3, len(row)))[: K - len(row)]  # repeats
+            rng.shuffle(row)
+            row = row[:K]
+            if rng.random() < 0.3:
+                row[rng.randrange(K)] = L - 1  # the newest token asked for
+            if rng.random() < 0.2:
+                row = row[: K // 2] + [-1] * (K - K // 2)  # padding
+            rows.append(row)
+            prev[r] = row
+        yield "translate", (ids, [lens[r] for r in ids], rows)
+
+
+@pytest.mark.parametrize("B,K,S", [(128, 96, 900), (2**15, 64, 2**15 + 400)])
+def test_c_and_tensor_bookkeeping_agree_state_for_state(B, K, S):
+    """Outputs, copies (in order), statistics, every slot, every LRU order and the bytes, after
+    every step, for the int16 map and (buffer_size >= 2**15) the int32 one."""
+    require_c()
+    R = 5 if B < 2**15 else 3
+    pool = _pool(R, S, seed=B)
+    c_buf = HotBuffer(pool, B)
+    with tensor_path():
+        t_buf = HotBuffer(pool, B)
+    assert c_buf._native is not None and t_buf._native is None
+    copies = {}
+    for name, hb in (("C", c_buf), ("tensors", t_buf)):
+        real = hb._copy_rows
+
+        def record(src, dst, real=real, name=name):
+            copies[name] = (src.clone(), dst.clone())
+            real(src, dst)
+        hb._copy_rows = record
+    rng = random.Random(B)
+    long_steps = 0
+    for call, args in _stream(rng, R, S, B, K, steps=40):
+        if call == "free":
+            c_buf.free(*args)
+            t_buf.free(*args)
+            continue
+        ids, lens, rows = (torch.tensor(a) for a in args)
+        copies.clear()
+        a, b = c_buf.translate(ids, lens, rows), t_buf.translate(ids, lens, rows)
+        assert torch.equal(a, b)
+        assert copies.keys() == {"C", "tensors"} or not copies
+        if copies:
+            assert all(torch.equal(x, y) for x, y in zip(copies["C"], copies["tensors"]))
+        assert c_buf.stats == t_buf.stats
+        long_steps += bool((lens > B).any())
+        for r in range(R):
+            assert torch.equal(c_buf.slot_positions(r), t_buf.slot_positions(r))
+            assert torch.equal(c_buf.lru_order(r), t_buf.lru_order(r))
+        assert torch.equal(c_buf._pos_slot, t_buf._pos_slot)
+    assert torch.equal(c_buf.buffer, t_buf.buffer)
+    assert long_steps >= 10 and c_buf.stats.misses > 0 and c_buf.stats.hits > 0
+
+
+def test_switched_off_by_the_environment(fresh_loader):
+    fresh_loader.setenv("HISPARSE_NO_NATIVE", "1")
+    assert native.translate_long() is None
+    assert native.reason() == "switched off by HISPARSE_NO_NATIVE"
+    hb = HotBuffer(_pool(1, 200), 64)
+    assert hb._native is None
+    out = hb.translate(torch.tensor([0]), torch.tensor([150]), torch.tensor([[5, 149, -1, 5]]))
+    assert out.tolist() == [[0, 64, -1, 0]]  # the tensor code: first miss, newest, padding, repeat
+
+
+def test_not_built(fresh_loader):
+    fresh_loader.setattr(native.importlib.util, "find_spec", lambda name: None)
+    assert native.translate_long() is None
+    assert native.reason() == "not built (no C compiler when the package was installed)"
+    report = doctor_report()
+    assert report["hot_buffer"] == {"cpu_bookkeeping": "tensors", "reason": native.reason()}
+    assert ("hot buffer CPU bookkeeping in tensor code (slower): not built (no C compiler when the "
+            "package was installed)") in render_doctor(report)
+
+
+def test_a_file_that_does_not_load_is_named(fresh_loader, tmp_path):
+    bad = tmp_path / "_hot_buffer_lru.so"
+    bad.write_bytes(b"not a shared library")
+    spec = importlib.machinery.ModuleSpec(native.MODULE, None, origin=str(bad))
+    fresh_loader.setattr(native.importlib.util, "find_spec", lambda name: spec)
+    assert native.translate_long() is None
+    assert native.reason().startswith(f"{bad} did not load: ")
+    assert HotBuffer(_pool(1, 100), 64)._native is None
+
+
+def test_doctor_names_the_c_bookkeeping():
+    require_c()
+    report = doctor_report()
+    assert report["hot_buffer"] == {"cpu_bookkeeping": "C", "reason": None}
+    assert "  hot buffer CPU bookkeeping in C\n" in render_doctor(report)
