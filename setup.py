@@ -4,4 +4,4 @@ tensor code (same answers, slower on the CPU). Everything else is in pyproject.t
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("kernels_bridge._hot_buffer_lru", ["kernels_bridge/hot_buffer_lru.c"],
-                             extra_compile_args=["-O2"], optional=True)])
+                             extra_compile_args=["-O3"], optional=True)])

@@ -259,6 +259,9 @@ class HotBuffer:
         # On the CPU the long requests' bookkeeping runs in C where it was built (native.py); its
         # LRU order holds slot numbers in the map's dtype, the tensor code's int64 (an index).
         self._native = native.translate_long() if dev.type == "cpu" else None
+        self._check = native.check_arguments() if dev.type == "cpu" else None
+        self._false = torch.zeros((), dtype=torch.bool, device=dev)
+        self._seen = torch.zeros(num_requests, dtype=torch.uint8)  # the C check's marks, left zero
         self._lru_init = torch.arange(buffer_size, device=dev,
                                       dtype=torch.int64 if self._native is None else self._slot_dtype)
         self._lru = self._lru_init.repeat(num_requests, 1)
@@ -466,8 +469,8 @@ class HotBuffer:
         Raises:
             HotBufferError: before any state change, on a bad argument.
         """
-        rid, lens, pos, row_max = self._validate(req_ids, seq_lens, positions)
-        return self._apply(rid, lens, pos, row_max)
+        rid, lens, pos, row_max, facts = self._validate(req_ids, seq_lens, positions)
+        return self._apply(rid, lens, pos, row_max, facts)
 
     # ------------------------------------------------------------------ validation
     def _check_req_scalar(self, req_id) -> int:
@@ -524,8 +527,9 @@ class HotBuffer:
 
     def _validate(self, req_ids, seq_lens, positions):
         """Check everything a translate needs; returns rid int64 [n], lens int64 [n],
-        pos int32 [n, k] on the device (int32 once its range is known to fit) and the largest
-        position of each row, int64 [n] (-1 for an empty top-k)."""
+        pos int32 [n, k] on the device (int32 once its range is known to fit), the largest
+        position of each row, int64 [n] (-1 for an empty top-k), and (short rows, a rollback)
+        where the C check found them, else None."""
         rid = self._int_tensor("req_ids", req_ids, 1, "[n]")
         n = rid.shape[0]
         lens = self._int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}")
@@ -545,8 +549,20 @@ class HotBuffer:
                 f"{self._buffer_size}"
             )
         rid, lens = rid.long(), lens.long()
+        if self._check is not None and n and top_k and pos.dtype in (torch.int64, torch.int32):
+            # every check, the int32 copy and the facts _apply needs in one C pass; where it
+            # finds something wrong, the tensor code below finds it again to name it
+            rid, lens, pos = rid.contiguous(), lens.contiguous(), pos.contiguous()
+            pos32 = self._ws("pos32", (n, top_k), torch.int32)  # read only by this translate
+            row_max, facts = self._ws("row_max", (n,), torch.int64), self._ws("facts", (2,), torch.int64)
+            if not self._check(n, top_k, self._num_requests, self._max_seq_len, self._buffer_size,
+                               rid.data_ptr(), lens.data_ptr(), pos.data_ptr(), int(pos.dtype == torch.int64),
+                               self._seq_len.data_ptr(), pos32.data_ptr(), row_max.data_ptr(),
+                               facts.data_ptr(), self._seen.data_ptr()):
+                n_short, rollback = facts.tolist()
+                return rid, lens, pos32, row_max, (n_short, bool(rollback))
         if n == 0 or top_k == 0:
-            low = high = torch.zeros((), dtype=torch.bool, device=self._device)
+            low = high = self._false
             row_max = torch.full((n,), -1, dtype=torch.int64, device=self._device)
         else:
             # a whole-tensor aminmax and a per-row amax: both several times cheaper than amin
@@ -583,29 +599,34 @@ class HotBuffer:
                 f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
                 f"(padding) or 0 <= position < seq_len {int(lens[i])}"
             )
-        return rid, lens, pos.to(torch.int32).contiguous(), row_max
+        return rid, lens, pos.to(torch.int32).contiguous(), row_max, None
 
     # ------------------------------------------------------------------ the work
     def _apply(self, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tensor,
-               row_max: torch.Tensor) -> torch.Tensor:
-        """Translate validated inputs on the device: rid, lens, row_max int64 [n]; pos int32 [n, k]."""
+               row_max: torch.Tensor, facts=None) -> torch.Tensor:
+        """Translate validated inputs on the device: rid, lens, row_max int64 [n]; pos int32 [n, k];
+        facts: (short rows, a rollback) where known."""
         n, top_k = pos.shape
         self._stats[0] += 1
         if n == 0:
             return torch.full((0, top_k), -1, dtype=torch.int32, device=self._device)
-        last = self._seq_len.index_select(0, rid)
-        if bool((lens < last).any()):
+        if facts is None:
+            last = self._seq_len.index_select(0, rid)
+            facts = (None, bool((lens < last).any()))
+        n_short, rollback = facts
+        if rollback:
             self._forget_beyond(rid, lens)
         self._seq_len.index_copy_(0, rid, lens)
 
-        short = lens <= self._buffer_size
-        n_short = int(short.sum())
+        if n_short is None:
+            n_short = int((lens <= self._buffer_size).sum())
         if n_short in (0, n):  # one group: no splitting and merging
             fn = self._translate_short if n_short else self._translate_long
             out, src, dst, hits, misses = fn(rid, lens, pos, row_max)
         else:
             out = torch.empty((n, top_k), dtype=torch.int32, device=self._device)
             srcs, dsts, hits, misses = [], [], 0, 0
+            short = lens <= self._buffer_size
             for rows, fn in (
                 (short.nonzero().squeeze(1), self._translate_short),
                 ((~short).nonzero().squeeze(1), self._translate_long),
@@ -616,7 +637,8 @@ class HotBuffer:
                 dsts.append(d)
                 hits, misses = hits + h, misses + m
             src, dst = torch.cat(srcs), torch.cat(dsts)
-        hits, misses = torch.stack([hits, misses]).tolist()  # one host read for both counters
+        if isinstance(hits, torch.Tensor):
+            hits, misses = torch.stack([hits, misses]).tolist()  # one host read for both counters
         self._copy_rows(src, dst)
         self._stats[1] += hits
         self._stats[2] += misses
@@ -697,7 +719,8 @@ class HotBuffer:
             counts.data_ptr(), *(t.data_ptr() for t in scratch))
         if copies < 0:  # validation makes this impossible: a broken invariant, not bad input
             raise RuntimeError("hot buffer: a request had more misses than evictable slots")
-        return out, src[:copies], dst[:copies], counts[0].clone(), counts[1].clone()
+        hits, misses = counts.tolist()
+        return out, src[:copies], dst[:copies], hits, misses
 
     def _translate_long_tensors(self, rid, lens, pos, row_max):
         """:meth:`_translate_long` in whole-batch tensor passes (other devices, or no C build).

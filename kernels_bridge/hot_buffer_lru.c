@@ -52,8 +52,13 @@ static inline __attribute__((always_inline)) int64_t translate(
         /* Hits keep their slot and are marked (mark[B] absorbs the rest); the newest reads the
            reserved slot B; candidates without a slot are listed for the next loop. No branches:
            which entries hit is as random as the indexer's picks. */
+        /* Meanwhile the next request's map entries are fetched: with them cold, its first loop
+           would wait on one cache miss after another. */
+        const int32_t *next_row = j + 1 < g ? pos + (j + 1) * k : row;
+        const char *next_map = (const char *)pos_slot + rid[j + 1 < g ? j + 1 : j] * S * (int64_t)width;
         int64_t n_cand = 0;
         for (int64_t t = 0; t < k; t++) {
+            __builtin_prefetch(next_map + (int64_t)(next_row[t] < 0 ? 0 : next_row[t]) * (int64_t)width);
             const int32_t p = row[t], s = cur[t];
             const int is_new = p == newest, hit = s >= 0;
             const int64_t at = hit ? s : B;
@@ -85,7 +90,13 @@ static inline __attribute__((always_inline)) int64_t translate(
            neither count passes t). */
         void *order = (char *)lru + r * B * (int64_t)width;
         int64_t kept = 0, n_held = 0, taken = 0;
+        /* Meanwhile the next request's slot rows are fetched, a cache line every 16 slots (as
+           its map entries were in the loop over the top-k). */
+        const char *next_rows = (const char *)(slot_row + rid[j + 1 < g ? j + 1 : j] * B);
+        const int64_t rows_ahead = j + 1 < g ? (B * 4 + 63) / 64 : 0;
         for (int64_t t = 0; t < B; t++) {
+            if ((t & 15) == 0 && (t >> 4) < rows_ahead)
+                __builtin_prefetch(next_rows + (t >> 4) * 64);
             const int32_t s = get(order, wide, t);
             const int here = mark[s], take = !here & (taken < nm);
             put(held, wide, n_held, s);
@@ -153,4 +164,61 @@ int64_t hb_translate_long(int64_t g, int64_t k, int64_t B, int64_t S, int64_t W,
                          out, src, dst, counts, mark, held, cur, cand, miss_flat, miss_slot, fresh, 1);
     return translate(g, k, B, S, W, sink, rid, lens, pos, pos_slot, slot_row, lru, newest_pos,
                      out, src, dst, counts, mark, held, cur, cand, miss_flat, miss_slot, fresh, 0);
+}
+
+/* A translate's arguments checked in one pass: 0 if valid, else 1 (the caller's tensor code then
+   finds and names the offender). Valid: rid in [0, R) and distinct, lens in [1, S], positions -1
+   or in [0, lens[i]). Valid, it also writes pos32 (the positions as int32), row_max (each row's
+   largest, -1 for none) and facts: [0] the rows with lens <= B (short requests), [1] 1 if a
+   lens is below its request's last one (a rollback). pos: [n, k] int64 if is64, else int32.
+   seen: R bytes, all 0, and left so. */
+int hb_check(int64_t n, int64_t k, int64_t R, int64_t S, int64_t B, const int64_t *rid,
+             const int64_t *lens, const void *pos, int is64, const int64_t *last_len,
+             int32_t *pos32, int64_t *row_max, int64_t *facts, uint8_t *seen) {
+    int bad = 0;
+    int64_t i = 0;
+    for (; i < n; i++) {
+        const int64_t r = rid[i];
+        if (r < 0 || r >= R || seen[r]) {
+            bad = 1;
+            break;
+        }
+        seen[r] = 1;
+    }
+    for (int64_t j = 0; j < i; j++)
+        seen[rid[j]] = 0;
+    if (bad)
+        return 1;
+    int64_t n_short = 0, rollback = 0;
+    for (i = 0; i < n; i++) {
+        const int64_t L = lens[i];
+        if (L < 1 || L > S)
+            return 1;
+        n_short += L <= B;
+        rollback |= L < last_len[rid[i]];
+        int64_t top = -1;
+        if (is64) {
+            const int64_t *row = (const int64_t *)pos + i * k;
+            for (int64_t t = 0; t < k; t++) {
+                const int64_t v = row[t];
+                bad |= (v < -1) | (v >= L);
+                top = v > top ? v : top;
+                pos32[i * k + t] = (int32_t)v;
+            }
+        } else {
+            const int32_t *row = (const int32_t *)pos + i * k;
+            for (int64_t t = 0; t < k; t++) {
+                const int64_t v = row[t];
+                bad |= (v < -1) | (v >= L);
+                top = v > top ? v : top;
+                pos32[i * k + t] = (int32_t)v;
+            }
+        }
+        if (bad)
+            return 1;
+        row_max[i] = top;
+    }
+    facts[0] = n_short;
+    facts[1] = rollback;
+    return 0;
 }

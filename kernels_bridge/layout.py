@@ -33,7 +33,8 @@ def hot_buffer_bytes(num_requests: int, max_seq_len: int, buffer_size: int, page
     rows = num_requests * (buffer_size + page_size) * row_bytes
     sb = slot_bytes(device_type, buffer_size)
     state = (num_requests * buffer_size * (4 + 8 + 8)  # slot -> host row, the LRU order and the next one
-             + (num_requests * max_seq_len + 1) * sb)
+             + (num_requests * max_seq_len + 1) * sb
+             + num_requests)  # the C check's mark per request
     constants = num_requests * buffer_size * (8 + sb + 4)  # entry ids, repeat tags, scattered ones
     # the bookkeeping's scratch, reused every step, each at most [R, B + 1]: over the top-k
     # 6 int32, the raw slots, 2 int64 (scatter indices, the misses); over the slots 4 int32

@@ -20,6 +20,7 @@ _reason = ""
 
 
 def _load():
+    """The library, its functions typed; None (and _reason set) where it is not there."""
     global _loaded, _reason
     if _loaded is not None or _reason:
         return _loaded
@@ -32,19 +33,27 @@ def _load():
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        fn = lib.hb_translate_long
+        translate, check = lib.hb_translate_long, lib.hb_check
     except (OSError, AttributeError) as exc:
         _reason = f"{spec.origin} did not load: {exc}"
         return None
-    fn.restype = _I64
-    fn.argtypes = [_I64] * 6 + [_P] * 4 + [_INT] + [_P] * 14
-    _loaded = fn
-    return fn
+    translate.restype, check.restype = _I64, _INT
+    translate.argtypes = [_I64] * 6 + [_P] * 4 + [_INT] + [_P] * 14
+    check.argtypes = [_I64] * 5 + [_P] * 3 + [_INT] + [_P] * 5
+    _loaded = lib
+    return lib
 
 
 def translate_long():
     """The C function hb_translate_long, or None (then `reason()` says why)."""
-    return _load()
+    lib = _load()
+    return lib and lib.hb_translate_long
+
+
+def check_arguments():
+    """The C function hb_check, or None (then `reason()` says why)."""
+    lib = _load()
+    return lib and lib.hb_check
 
 
 def reason() -> str:

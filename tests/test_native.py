@@ -144,3 +144,25 @@ def test_doctor_names_the_c_bookkeeping():
     report = doctor_report()
     assert report["hot_buffer"] == {"cpu_bookkeeping": "C", "reason": None}
     assert "  hot buffer CPU bookkeeping in C\n" in render_doctor(report)
+
+
+@pytest.mark.parametrize("ids,lens,pos,words", [
+    ([0, 0], [150, 150], [[1, 2], [3, 4]], "request 0 appears more than once"),
+    ([1, 3], [150, 150], [[1, 2], [3, 4]], "req_ids: element 1 is 3"),
+    ([0, 1], [150, 0], [[1, 2], [3, 4]], r"seq_lens: element 1 \(request 1\) is 0"),
+    ([0, 1], [150, 150], [[1, 2], [3, 150]], r"positions: \[1, 1\] \(request 1\) is 150"),
+    ([0, 1], [150, 150], [[1, -2], [3, 4]], r"positions: \[0, 1\] \(request 0\) is -2"),
+])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_the_c_check_refuses_what_the_tensor_check_names(ids, lens, pos, words, dtype):
+    """The C check finds the fault, the tensor code names it; nothing changes, and the next call
+    (the same requests, valid) goes through: the check's marks are left clear."""
+    require_c()
+    hb = HotBuffer(_pool(3, 200), 64)
+    assert hb._check is not None
+    ok = (torch.tensor([0, 1]), torch.tensor([150, 150]), torch.tensor([[1, 2], [3, 4]], dtype=dtype))
+    before = hb.translate(*ok)
+    with pytest.raises(ValueError, match=words):
+        hb.translate(torch.tensor(ids), torch.tensor(lens), torch.tensor(pos, dtype=dtype))
+    assert int(hb._seen.sum()) == 0
+    assert torch.equal(hb.translate(*ok), before) and hb.stats.steps == 2
