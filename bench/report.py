@@ -156,23 +156,23 @@ def performance_notes() -> str:
   (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the four passes above (and a look for NaN
   codes) against one; the product cannot become an integer add to the exponent, which would be wrong
   for zero and subnormal codes. What could close it: a compiled kernel doing it in one pass."""))
+    tb = h.get("fp8_tensor_bookkeeping")
+    where = {"C": "in C (`kernels_bridge/hot_buffer_lru.c`)", "tensors": "in tensor code (the C file was not built)"}
     hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
-  FP8 rows; {bf16['ratio']}x for BF16 rows). The floor is the copy no translation can avoid: the
-  same rows, one gather and one scatter of 8-byte words, timed with the rows out of the cache.""")
+  FP8 rows; {bf16['ratio']}x for BF16 rows), with the LRU bookkeeping {where[fp8.get('bookkeeping', 'tensors')]}. The floor is the
+  copy no translation can avoid: the same rows, one gather and one scatter of 8-byte words, timed
+  with the rows out of the cache.""")
+    if tb and fp8.get("bookkeeping") == "C":
+        hot += (f""" The C bookkeeping takes one request at a time: two passes over its top-k, one
+  over its LRU order, and writes to the slot maps only where a slot changed. The tensor code, the path on a GPU and where no C
+  compiler built the C file, gives the same answers in whole-batch passes that re-rank every slot
+  of every request: {tb['translate_ms']} ms, {tb['ratio']}x, in the same run
+  ({batch['8']['ratio']}x at 8 requests to {batch['64']['ratio']}x at 64 with C: `hotbuffer_vs_batch.png`).""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms on bookkeeping: validating the top-k, one gather looking every
-  position up, compacting the misses and checking them for repeats, and re-ranking the LRU order
-  of every slot of every request (a gather, a running count and a scatter over 64 x 4096 slots,
-  int32 masks in scratch reused from step to step, so no pass pays page faults), each pass
-  reading state the copy and the flush before it pushed out of the cache; the ratio falls
-  as the batch grows ({batch['8']['ratio']}x at 8 requests, {batch['64']['ratio']}x at 64: `hotbuffer_vs_batch.png`). What
-  would close it: touching only the slots a step changes, which an explicit LRU list cannot do (a
-  hit moves to the back, so every slot behind the first hit changes place: here 2,048 plus the
-  misses of 4,096); an order kept as timestamps would, at the price of a compaction every few
-  steps; or a compiled kernel fusing the bookkeeping with the copy (on a GPU the copies are also
-  asynchronous, overlapping the previous step's kernel).""")
+  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms validating the top-k and on the bookkeeping, reading state the copy
+  and the flush before it pushed out of the cache.""")
     lines.append(hot)
     for key in missed:  # a goal missed in this run without a note of its own above
         if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):

@@ -1,8 +1,9 @@
 /* HotBuffer's LRU bookkeeping for long requests (seq_len > buffer_size), on the CPU.
 
-   The same translation as HotBuffer._translate_long_tensors, one request at a time: a pass over
-   the request's top-k (hits, misses, the newest token), a pass over its LRU order (which slots the
-   misses take, the new order), then only the slots that changed are written. The tensor code does
+   The same translation as HotBuffer._translate_long_tensors, one request at a time: two passes
+   over the request's top-k (the slots, then hits, misses and the newest token), one over its LRU
+   order (which slots the misses take, the new order), then the slot maps are written only where
+   a slot changed. The tensor code does
    the same in whole-batch passes, which on one CPU thread cost several times this in memory
    traffic; it stays the path on other devices and where this file was not built.
 
