@@ -29,7 +29,7 @@ def _load():
         return None
     spec = importlib.util.find_spec(MODULE)  # finds the built file without importing it
     if spec is None or not spec.origin:
-        _reason = "not built (no C compiler when the package was installed)"
+        _reason = "not built (no C compiler or Python headers when the package was installed)"
         return None
     try:
         lib = ctypes.CDLL(spec.origin)

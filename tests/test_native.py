@@ -122,11 +122,11 @@ def test_switched_off_by_the_environment(fresh_loader):
 def test_not_built(fresh_loader):
     fresh_loader.setattr(native.importlib.util, "find_spec", lambda name: None)
     assert native.translate_long() is None
-    assert native.reason() == "not built (no C compiler when the package was installed)"
+    assert native.reason() == "not built (no C compiler or Python headers when the package was installed)"
     report = doctor_report()
     assert report["hot_buffer"] == {"cpu_bookkeeping": "tensors", "reason": native.reason()}
-    assert ("hot buffer CPU bookkeeping in tensor code (slower): not built (no C compiler when the "
-            "package was installed)") in render_doctor(report)
+    assert ("hot buffer CPU bookkeeping in tensor code (slower): not built (no C compiler or Python "
+            "headers when the package was installed)") in render_doctor(report)
 
 
 def test_a_file_that_does_not_load_is_named(fresh_loader, tmp_path):
