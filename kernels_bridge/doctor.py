@@ -22,8 +22,8 @@ def doctor_report() -> dict:
     Keys: python, platform, torch {version, cuda, cuda_available, device_count},
     device {name, capability, index} or None, flash_mla {imports, version, error (the import
     error text), flavour, usable, reasons (every reason it is not usable), reason (them joined),
-    probe_error (only when probing itself failed)}, hot_buffer {cpu_bookkeeping ("C" or
-    "tensors"), reason (why not C, else None)},
+    probe_error (only when probing itself failed)}, c_helpers {loaded, reason (why not, else
+    None)},
     backends {name: {provider, reason}} (what provider="auto" picks here, and why).
     """
     status = _guard(lambda: flashmla.flashmla_status(), {})
@@ -47,7 +47,7 @@ def doctor_report() -> dict:
         "numpy": _numpy_facts(),
         "device": _guard(_device_facts, None),
         "flash_mla": flash_mla,
-        "hot_buffer": _guard(_hot_buffer_facts, {"cpu_bookkeeping": "tensors", "reason": "probe failed"}),
+        "c_helpers": _guard(_c_helper_facts, {"loaded": False, "reason": "probe failed"}),
         "backends": {name: _guard(lambda name=name: _auto_choice(name),
                                   {"provider": "reference", "reason": None})
                      for name in BACKENDS},
@@ -94,11 +94,11 @@ def render_doctor(report: dict) -> str:
     else:  # every reason, one a line
         lines.append(f"  FlashMLA   not usable, {len(reasons)} reasons:")
         lines += [f"             - {reason}" for reason in reasons]
-    hb = report.get("hot_buffer") or {}
-    if hb.get("cpu_bookkeeping") == "C":
-        lines.append("  hot buffer CPU bookkeeping in C")
+    helpers = report.get("c_helpers") or {}
+    if helpers.get("loaded"):
+        lines.append("  C helpers  loaded: the hot buffer's CPU bookkeeping and FP8 unpacking run in C")
     else:
-        lines.append(f"  hot buffer CPU bookkeeping in tensor code (slower): {hb.get('reason')}")
+        lines.append(f"  C helpers  not loaded, the tensor code runs (slower on the CPU): {helpers.get('reason')}")
     lines.append("backends (provider='auto' here)")
     width = max(len(name) for name in report.get("backends", {"": None}))
     for name, choice in report.get("backends", {}).items():
@@ -118,12 +118,12 @@ def _guard(probe: Callable, fallback):
         return fallback
 
 
-def _hot_buffer_facts() -> dict:
-    """Which LRU bookkeeping a CPU HotBuffer runs: the compiled one, or the tensor code and why."""
+def _c_helper_facts() -> dict:
+    """Whether the C helpers (native.py) run here, and why not."""
     from kernels_bridge import native
 
     reason = native.reason()
-    return {"cpu_bookkeeping": "tensors" if reason else "C", "reason": reason or None}
+    return {"loaded": not reason, "reason": reason or None}
 
 
 def _numpy_facts() -> dict:

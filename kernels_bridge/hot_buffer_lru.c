@@ -7,21 +7,12 @@
    the same in whole-batch passes, which on one CPU thread cost several times this in memory
    traffic; it stays the path on other devices and where this file was not built.
 
-   Plain C: the package loads its functions with ctypes (kernels_bridge/native.py) and passes the
-   tensors' data pointers. Python.h serves only the empty module below, so that an import of the
-   built file (as tools that walk the package do) works. hb_translate_long's arguments were
-   validated by hb_check (or HotBuffer's tensor code) first: positions in [-1, seq_len), seq_len
-   in (buffer_size, max_seq_len], distinct requests, top_k <= buffer_size. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+   Plain C: kernels_bridge/native.py calls it through ctypes with the tensors' data pointers.
+   hb_translate_long's arguments were validated by hb_check (or HotBuffer's tensor code) first:
+   positions in [-1, seq_len), seq_len in (buffer_size, max_seq_len], distinct requests,
+   top_k <= buffer_size. */
 #include <stdint.h>
 #include <string.h>
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot_buffer_lru",
-                                    "HotBuffer's CPU bookkeeping; its functions are called through ctypes "
-                                    "(kernels_bridge.native).", -1, NULL};
-
-PyMODINIT_FUNC PyInit__hot_buffer_lru(void) { return PyModule_Create(&module); }
 
 /* Slot numbers (the position -> slot map, the LRU order and the lists of slots) are int16 when
    buffer_size < 2**15, else int32: `wide` is a constant in each of the two copies of translate(). */

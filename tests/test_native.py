@@ -1,6 +1,7 @@
-"""The hot buffer's C bookkeeping (kernels_bridge/hot_buffer_lru.c via kernels_bridge/native.py):
-it is what a CPU HotBuffer uses where it was built, it agrees with the tensor code state for state,
-and where it is missing or switched off the buffer falls back and `doctor` says why."""
+"""The bridge's C helpers (kernels_bridge/native.py): the hot buffer's bookkeeping
+(hot_buffer_lru.c) and FP8 unpacking (fp8_unpack.c) are what the CPU runs where they were built,
+they agree with the tensor code bit for bit and state for state, and where they are missing or
+switched off the bridge falls back and `doctor` says why."""
 from __future__ import annotations
 
 import importlib.machinery
@@ -124,13 +125,13 @@ def test_not_built(fresh_loader):
     assert native.translate_long() is None
     assert native.reason() == "not built (no C compiler or Python headers when the package was installed)"
     report = doctor_report()
-    assert report["hot_buffer"] == {"cpu_bookkeeping": "tensors", "reason": native.reason()}
-    assert ("hot buffer CPU bookkeeping in tensor code (slower): not built (no C compiler or Python "
-            "headers when the package was installed)") in render_doctor(report)
+    assert report["c_helpers"] == {"loaded": False, "reason": native.reason()}
+    assert ("C helpers  not loaded, the tensor code runs (slower on the CPU): not built (no C compiler "
+            "or Python headers when the package was installed)") in render_doctor(report)
 
 
 def test_a_file_that_does_not_load_is_named(fresh_loader, tmp_path):
-    bad = tmp_path / "_hot_buffer_lru.so"
+    bad = tmp_path / "_native.so"
     bad.write_bytes(b"not a shared library")
     spec = importlib.machinery.ModuleSpec(native.MODULE, None, origin=str(bad))
     fresh_loader.setattr(native.importlib.util, "find_spec", lambda name: spec)
@@ -139,11 +140,11 @@ def test_a_file_that_does_not_load_is_named(fresh_loader, tmp_path):
     assert HotBuffer(_pool(1, 100), 64)._native is None
 
 
-def test_doctor_names_the_c_bookkeeping():
+def test_doctor_names_the_c_helpers():
     require_c()
     report = doctor_report()
-    assert report["hot_buffer"] == {"cpu_bookkeeping": "C", "reason": None}
-    assert "  hot buffer CPU bookkeeping in C\n" in render_doctor(report)
+    assert report["c_helpers"] == {"loaded": True, "reason": None}
+    assert "  C helpers  loaded: the hot buffer's CPU bookkeeping and FP8 unpacking run in C\n" in render_doctor(report)
 
 
 @pytest.mark.parametrize("ids,lens,pos,words", [
@@ -166,3 +167,55 @@ def test_the_c_check_refuses_what_the_tensor_check_names(ids, lens, pos, words, 
         hb.translate(torch.tensor(ids), torch.tensor(lens), torch.tensor(pos, dtype=dtype))
     assert int(hb._seen.sum()) == 0
     assert torch.equal(hb.translate(*ok), before) and hb.stats.steps == 2
+
+
+def _fp8_rows(n, exponents, seed=0):
+    """uint8 [n, 656] rows, 44 bytes apart in their storage (a strided view, as of a cache):
+    every non-NaN code byte in turn, scales +-2**e from `exponents`, random bf16 RoPE dims."""
+    g = torch.Generator().manual_seed(seed)
+    holder = torch.randint(0, 256, (n, 700), dtype=torch.uint8, generator=g)
+    rows = holder[:, :656]
+    usable = torch.tensor([b for b in range(256) if b & 0x7F != 0x7F], dtype=torch.uint8)
+    rows[:, :512] = usable.repeat(n * 512 // len(usable) + 1)[: n * 512].view(n, 512)
+    e = torch.tensor(exponents, dtype=torch.float32)[torch.randint(0, len(exponents), (n, 4), generator=g)]
+    sign = torch.where(torch.rand(n, 4, generator=g) < 0.5, -1.0, 1.0)
+    rows[:, 512:528] = (sign * torch.pow(2.0, e)).contiguous().view(torch.uint8).view(n, 16)
+    rows[:, 528:] = torch.randn(n, 64, generator=g).to(torch.bfloat16).view(torch.uint8).view(n, 128)
+    return rows
+
+
+@pytest.mark.parametrize("f32", [False, True])
+def test_c_unpacking_takes_every_row_the_exponent_path_takes(f32):
+    """Scales 2**-126 .. 2**7 of either sign, every non-NaN code: C writes every row, with the
+    tensor code's bits (bf16 and float32)."""
+    from kernels_bridge.fp8 import dequantize_kv_fp8, dequantize_kv_fp8_f32
+
+    require_c()
+    rows = _fp8_rows(300, [-126, -125, -13, -1, 0, 1, 7])
+    out = torch.empty(300, 576, dtype=torch.float32 if f32 else torch.bfloat16)
+    assert native.unpack_fp8()(300, rows.data_ptr(), rows.stride(0), out.data_ptr(), int(f32)) == 300
+    with tensor_path():
+        want = dequantize_kv_fp8_f32(rows) if f32 else dequantize_kv_fp8(rows)
+    bits = torch.int32 if f32 else torch.int16
+    assert torch.equal(out.view(bits), want.view(bits))
+
+
+@pytest.mark.parametrize("row,bad", [("codes", 0x7F), ("codes", 0xFF), ("scale", 3.0), ("scale", 2.0 ** 8),
+                                     ("scale", 2.0 ** -127), ("scale", 0.0)])
+def test_c_unpacking_stops_at_the_first_row_it_cannot_take(row, bad):
+    """A NaN code or a scale off the exponent path (not a power of two, past 2**7, subnormal,
+    zero) stops C at that row; dequantize_kv_fp8 gives the tensor code's bits all the same."""
+    from kernels_bridge.fp8 import dequantize_kv_fp8
+
+    require_c()
+    rows = _fp8_rows(40, [-3, 0, 2], seed=1)
+    if row == "codes":
+        rows[17, 300] = bad
+    else:
+        rows[17, 516:520] = torch.tensor([bad], dtype=torch.float32).view(torch.uint8)
+    out = torch.empty(40, 576, dtype=torch.bfloat16)
+    assert native.unpack_fp8()(40, rows.data_ptr(), rows.stride(0), out.data_ptr(), 0) == 17
+    got = dequantize_kv_fp8(rows)
+    with tensor_path():
+        want = dequantize_kv_fp8(rows)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
