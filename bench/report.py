@@ -169,11 +169,12 @@ def performance_notes() -> str:
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
   FP8 rows; {bf16['ratio']}x for BF16 rows), with the LRU bookkeeping {where[fp8.get('bookkeeping', 'tensors')]}. The floor is the
   copy no translation can avoid: the same rows, one gather and one scatter of 8-byte words, timed
-  with the rows out of the cache.""")
+  with the rows out of the cache, right after each step; the ratio is the median of the steps'
+  ratios.""")
     if tb and fp8.get("bookkeeping") == "C":
         hot += (f""" The C bookkeeping takes one request at a time: two passes over its top-k, one
-  over its LRU order, and writes to the slot maps only where a slot changed. The tensor code, the path on a GPU and where no C
-  compiler built the C file, gives the same answers in whole-batch passes that re-rank every slot
+  over its LRU order, and writes to the slot maps only where a slot changed. The tensor code, the path on a GPU and where the C
+  helpers were not built, gives the same answers in whole-batch passes that re-rank every slot
   of every request: {tb['translate_ms']} ms, {tb['ratio']}x, in the same run
   ({batch['8']['ratio']}x at 8 requests to {batch['64']['ratio']}x at 64 with C: `hotbuffer_vs_batch.png`).""")
     if "translate_vs_copy_floor" in missed:
