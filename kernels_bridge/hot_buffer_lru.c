@@ -167,6 +167,24 @@ int64_t hb_translate_long(int64_t g, int64_t k, int64_t B, int64_t S, int64_t W,
                      out, src, dst, counts, mark, held, cur, cand, miss_flat, miss_slot, fresh, 0);
 }
 
+/* One row of positions (from entry `at` of pos, int64 if is64, else int32): 1 if one is not -1 or
+   in [0, L); its int32 copy to pos32 and its largest (-1 for none) to *top. `is64` is a constant
+   in each of the two copies. */
+static inline __attribute__((always_inline)) int check_row(const void *pos, const int is64, int64_t at,
+                                                           int64_t k, int64_t L, int32_t *pos32,
+                                                           int64_t *top) {
+    int bad = 0;
+    int64_t largest = -1;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t v = is64 ? ((const int64_t *)pos)[at + t] : ((const int32_t *)pos)[at + t];
+        bad |= (v < -1) | (v >= L);
+        largest = v > largest ? v : largest;
+        pos32[t] = (int32_t)v;
+    }
+    *top = largest;
+    return bad;
+}
+
 /* A translate's arguments checked in one pass: 0 if valid, else 1 (the caller's tensor code then
    finds and names the offender). Valid: rid in [0, R) and distinct, lens in [1, S], positions -1
    or in [0, lens[i]). Valid, it also writes pos32 (the positions as int32), row_max (each row's
@@ -198,24 +216,8 @@ int hb_check(int64_t n, int64_t k, int64_t R, int64_t S, int64_t B, const int64_
         n_short += L <= B;
         rollback |= L < last_len[rid[i]];
         int64_t top = -1;
-        if (is64) {
-            const int64_t *row = (const int64_t *)pos + i * k;
-            for (int64_t t = 0; t < k; t++) {
-                const int64_t v = row[t];
-                bad |= (v < -1) | (v >= L);
-                top = v > top ? v : top;
-                pos32[i * k + t] = (int32_t)v;
-            }
-        } else {
-            const int32_t *row = (const int32_t *)pos + i * k;
-            for (int64_t t = 0; t < k; t++) {
-                const int64_t v = row[t];
-                bad |= (v < -1) | (v >= L);
-                top = v > top ? v : top;
-                pos32[i * k + t] = (int32_t)v;
-            }
-        }
-        if (bad)
+        if (is64 ? check_row(pos, 1, i * k, k, L, pos32 + i * k, &top)
+                 : check_row(pos, 0, i * k, k, L, pos32 + i * k, &top))
             return 1;
         row_max[i] = top;
     }

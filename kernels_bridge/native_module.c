@@ -4,8 +4,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
-                                    "The bridge's C helpers, called through ctypes (kernels_bridge.native).",
-                                    -1, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The bridge's C helpers, called through ctypes (kernels_bridge.native).",
+    .m_size = -1,
+};
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
