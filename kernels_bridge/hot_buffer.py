@@ -75,10 +75,10 @@ from typing import Iterable, Optional, Union
 
 import torch
 
+from kernels_bridge import native
 from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
 from kernels_bridge.layout import STAGING_BYTES, hot_buffer_bytes, slot_bytes
-from kernels_bridge import native
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
 from kernels_bridge.validate import INT32_MAX
 
@@ -261,7 +261,8 @@ class HotBuffer:
         self._native = native.translate_long() if dev.type == "cpu" else None
         self._check = native.check_arguments() if dev.type == "cpu" else None
         self._false = torch.zeros((), dtype=torch.bool, device=dev)
-        self._seen = torch.zeros(num_requests, dtype=torch.uint8)  # the C check's marks, left zero
+        # the C check's marks, one per request, which it leaves zero
+        self._seen = torch.zeros(num_requests, dtype=torch.uint8) if self._check is not None else None
         self._lru_init = torch.arange(buffer_size, device=dev,
                                       dtype=torch.int64 if self._native is None else self._slot_dtype)
         self._lru = self._lru_init.repeat(num_requests, 1)
