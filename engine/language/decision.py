@@ -38,9 +38,9 @@ class Decision:
     - `not_applicable`: the inputs that mean nothing for this config (their `applies` fails).
     """
 
-    __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input", "_scope", "_na")
+    __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input", "_scope", "_na", "_log_stages")
 
-    def __init__(self, policy, values: tuple, sources: tuple, log, raw, given, scope=None, na=()):
+    def __init__(self, policy, values: tuple, sources: tuple, log, raw, given, scope=None, na=(), log_stages=None):
         self._policy = policy
         self._values = values
         self._sources = tuple(sources)
@@ -49,6 +49,8 @@ class Decision:
         self._input = given
         self._scope = scope  # index of the upstream.leaves_out entry the config lies in, or None
         self._na = tuple(na)  # inputs whose `applies` condition does not hold for the config
+        # the stage that made each log line: parse (a deprecated spelling's notice), resolve, defaults
+        self._log_stages = tuple(log_stages) if log_stages is not None else ()
 
     policy = property(lambda self: self._policy)
     input = property(lambda self: self._input)
@@ -63,6 +65,10 @@ class Decision:
     @property
     def log(self) -> list:
         return list(self._log)
+
+    def lines_of(self, stage: str) -> list:
+        """The log lines the stage made (parse, resolve or defaults), in order."""
+        return [line for line, at in zip(self._log, self._log_stages) if at == stage]
 
     @property
     def config(self) -> dict:

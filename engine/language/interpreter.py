@@ -47,14 +47,27 @@ class Trace:
         return step
 
 
-def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -> Decision:
+class Part:
+    """A part of a policy to evaluate alone: its stages, and which checks of the checks stage
+    (`check(rule, phase)`; None: every one). What one upstream function does, called by itself."""
+
+    def __init__(self, stages, check=None):
+        self.stages, self.check = frozenset(stages), check
+
+
+WHOLE = Part(("resolve", "defaults", "checks"))
+
+
+def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=(), part: Part = WHOLE) -> Decision:
     """Evaluate a complete, canonical config (every input present and valid). `prelude`: log
-    lines that come first (deprecated spellings in the config as given)."""
+    lines that come first (deprecated spellings in the config as given). `part`: the stages (and
+    checks) to run; the others are skipped, the config passing through them unchanged."""
     env = dict(cfg)
     phases = policy.phases
     user_set = {ph: env[spec.input] is not None for ph, spec in phases.items()}
     sources = {ph: ("user" if user_set[ph] else None) for ph in phases}
     log: list[str] = list(prelude)
+    stages = ["parse"] * len(log)  # the stage that made each log line
     raw: list = []
     index = policy.rule_index
 
@@ -77,7 +90,8 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
 
     def finish() -> Decision:
         return Decision(policy, tuple(env[name] for name in policy.input_names),
-                        tuple(sources[ph] for ph in phases), log, raw, cfg if given is None else given, scope, na)
+                        tuple(sources[ph] for ph in phases), log, raw, cfg if given is None else given, scope, na,
+                        stages)
 
     def run_checks(rules, label) -> bool:
         """Run `rules` (checks) in order when the checks stage's condition holds; whether any failed."""
@@ -86,6 +100,8 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
         before = len(raw)
         for rule in rules:
             for ph in (phases if rule.for_each_phase else (None,)):
+                if part.check is not None and not part.check(rule, ph):
+                    continue
                 if ph is not None:  # reserved names: never an input's
                     env["phase"], env["backend"] = ph, env[phases[ph].input]
                 applies, step = holds("checks", rule, rule.when, ph)
@@ -110,7 +126,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
 
     # 1. resolve
     stage = policy.stages["resolve"]
-    if holds("resolve", None, stage.when)[0]:
+    if "resolve" in part.stages and holds("resolve", None, stage.when)[0]:
         for rule in stage.rules:
             applies, step = holds("resolve", rule, rule.when)
             if not applies:
@@ -132,6 +148,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
                     sources[phase] = rule.name
             if rule.log is not None:
                 log.append(rule.log.render(ctx()))
+                stages.append("resolve")
                 done.append(f"log: {log[-1]}")
             if step:
                 if rule.require is not None:
@@ -141,7 +158,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
     # 2. defaults
     pending = chosen = None  # the chosen default's log line and trace step
     stage = policy.stages["defaults"]
-    if holds("defaults", None, stage.when)[0]:
+    if "defaults" in part.stages and holds("defaults", None, stage.when)[0]:
         if trace is not None:
             trace.default_matches = [r for r in stage.rules if r.when.eval(env, user_set)]
         for rule in stage.rules:
@@ -165,7 +182,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
             break
 
     early, late = policy.check_order
-    if early and run_checks(early, "checks_at_defaults"):
+    if early and "defaults" in part.stages and run_checks(early, "checks_at_defaults"):
         if trace is not None:
             trace.stopped_by = policy.rule_list[raw[0][0]]
             if chosen is not None and pending is not None:
@@ -173,7 +190,9 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=()) -
         return finish()
     if pending is not None:
         log.append(pending)
+        stages.append("defaults")
 
     # 3. checks
-    run_checks(late, "checks")
+    if "checks" in part.stages:
+        run_checks(late, "checks")
     return finish()

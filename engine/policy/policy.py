@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.language.decision import Decision
-from engine.language.interpreter import Trace, run
+from engine.language.interpreter import WHOLE, Trace, run
 from engine.suggest import did_you_mean, unknown_key
 from engine.values import INT_MAX, INT_MIN, kind, shown, typed
 
@@ -28,7 +28,9 @@ class Policy:
         self.doc = doc  # the parsed file, for positions of anything a later analysis reports
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
-        self.rule_meta = tuple((r.name, r.line, r.stage, r.raises) for r in self.rule_list)  # what decisions name
+        # what decisions name; a check placed `at: defaults` is raised where the defaults stage runs
+        self.rule_meta = tuple((r.name, r.line, "defaults" if r.at == "defaults" else r.stage, r.raises)
+                               for r in self.rule_list)
         checks = self.stages["checks"].rules
         self.check_order = ([r for r in checks if r.at == "defaults"], [r for r in checks if r.at != "defaults"])
         # inputs (other than phases) some rule rewrites; the others always keep the value given
@@ -101,11 +103,12 @@ class Policy:
         return f"<Policy {self.ref} {self.file} sha256={self.sha256[:12]}>"
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, config: Mapping) -> Decision:
+    def evaluate(self, config: Mapping, part=None) -> Decision:
         """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
-        for unknown keys or values."""
+        for unknown keys or values. `part` (interpreter.Part): evaluate those stages and checks
+        only, as one upstream function does when called by itself."""
         canonical, prelude = self.normalize_with_log(config)
-        return run(self, self.complete(canonical), config, None, prelude)
+        return run(self, self.complete(canonical), config, None, prelude, part or WHOLE)
 
     def trace(self, config: Mapping):
         """(decision, trace): evaluate, recording every stage, rule and check tried."""
