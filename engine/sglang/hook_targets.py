@@ -26,12 +26,31 @@ class Inline:
         self.block, self.count = block, count
 
 
+_HOOK = "sglang.srt.arg_groups.hisparse_hook"
+
+
+class Reads:
+    """How one replaced function reads its facts (engine/sglang/facts.py): `model`
+    ("model_config_of" or "get_model_config"), `platform` ("get_platform", "is_functions",
+    "_is_hip", or "none": it reads none), `view` ("resolved_view" or "direct": what a check reads
+    its values from)."""
+
+    def __init__(self, model: str = "", platform: str = "none", view: str = "direct", hisparse_hip: str | None = None):
+        self.model, self.platform, self.view = model, platform, view
+        # under HiSparse the function asks this "module.function" whether it runs on ROCm
+        self.hisparse_hip = hisparse_hip
+
+
 class HookFamily:
     """The releases that keep their routing in the same functions."""
 
     def __init__(self, name: str, first: tuple, last: tuple | None, replace: dict, guard: str,
-                 inline: dict | None = None, hisparse_line: str | None = None):
+                 inline: dict | None = None, hisparse_line: str | None = None, reads: dict | None = None,
+                 own_tests: str | None = None):
         self.name = name
+        # the folder of SGLang's own unit tests of these functions (tests/test_sglang_own_tests.py)
+        self.own_tests = own_tests
+        self.reads = reads or {}  # role -> Reads
         self.first, self.last = first, last  # the releases it covers (last None: and later)
         self.replace = replace  # dotted target -> role
         self.guard = guard  # the resolution entry point: the guard checks the hooks before it runs
@@ -55,6 +74,9 @@ PIPELINE = HookFamily(
         "sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend": BACKEND_CHECK,
     },
     "sglang.srt.arg_groups.pipeline.run_resolution_pipeline",
+    reads={DTYPE: Reads("model_config_of", "get_platform"), BACKENDS: Reads("model_config_of", "get_platform"),
+           BACKEND_CHECK: Reads(platform="get_platform", view="resolved_view")},
+    own_tests="v0.5.23",
 )
 
 # SGLang 0.5.15 to 0.5.18: the same passes in arg_groups/overrides.py, called from
@@ -66,6 +88,10 @@ PASSES_IN_METHODS = HookFamily(
     "passes called from ServerArgs methods (0.5.15 to 0.5.18)", (0, 5, 15), (0, 5, 18),
     dict(PIPELINE.replace),
     "sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments",
+    reads={DTYPE: Reads("get_model_config", "is_functions"),
+           BACKENDS: Reads("get_model_config", "is_functions", hisparse_hip=f"{_HOOK}._is_hip"),
+           BACKEND_CHECK: Reads(platform="_is_hip", view="resolved_view")},
+    own_tests="v0.5.17",
 )
 
 # Before 0.5.15 the routing is the body of two ServerArgs methods, run inside
@@ -73,7 +99,6 @@ PASSES_IN_METHODS = HookFamily(
 # HiSparse check runs in check_server_args (Engine._launch_subprocesses, after the HTTP server's
 # modules are imported).
 _SA = "sglang.srt.server_args.ServerArgs"
-_HOOK = "sglang.srt.arg_groups.hisparse_hook"
 GUARD_PRE = f"{_SA}._handle_model_specific_adjustments"
 
 # 0.5.14: `--dsa-*` methods; the backend check is hisparse_hook.validate_hisparse_dsa_backend, as later
@@ -83,6 +108,8 @@ DSA_METHODS_0514 = HookFamily(
      f"{_SA}._set_default_dsa_backends": BACKEND_METHOD,
      f"{_HOOK}.validate_hisparse_dsa_backend": BACKEND_CHECK},
     GUARD_PRE, hisparse_line=f"{_HOOK}.apply_hisparse_dsa_backend_defaults",
+    reads={DTYPE_METHOD: Reads(platform="is_functions"), BACKEND_METHOD: Reads(platform="is_functions"),
+           BACKEND_CHECK: Reads(platform="_is_hip")},
 )
 
 # 0.5.13, 0.5.13.post1: the same methods; the dtype and backend checks inline in validate_hisparse
@@ -94,6 +121,8 @@ DSA_METHODS_0513 = HookFamily(
      f"{_HOOK}.validate_hisparse": INLINE_CHECK},
     GUARD_PRE, inline={f"{_HOOK}.validate_hisparse": Inline(None, 3)},
     hisparse_line=f"{_HOOK}.apply_hisparse_dsa_backend_defaults",
+    reads={DTYPE_METHOD: Reads(platform="is_functions"), BACKEND_METHOD: Reads(platform="is_functions"),
+           INLINE_CHECK: Reads()},
 )
 
 # 0.5.12, 0.5.12.post1: `--nsa-*` methods; the checks inline in validate_hisparse, as 0.5.13
@@ -104,6 +133,8 @@ NSA_METHODS_0512 = HookFamily(
      f"{_HOOK}.validate_hisparse": INLINE_CHECK},
     GUARD_PRE, inline={f"{_HOOK}.validate_hisparse": Inline(None, 3)},
     hisparse_line=f"{_HOOK}.apply_hisparse_nsa_backend_defaults",
+    reads={DTYPE_METHOD: Reads(platform="is_functions"), BACKEND_METHOD: Reads(platform="is_functions"),
+           INLINE_CHECK: Reads()},
 )
 
 # 0.5.11: the methods log every line themselves; the HiSparse check is the "# Check hisparse"
@@ -115,6 +146,8 @@ NSA_METHODS_0511 = HookFamily(
      f"{_SA}._set_default_nsa_backends": BACKEND_METHOD,
      f"{_SA}.check_server_args": INLINE_CHECK},
     GUARD_PRE, inline={f"{_SA}.check_server_args": Inline("self.enable_hisparse", 2)},
+    reads={DTYPE_METHOD: Reads(platform="is_functions"), BACKEND_METHOD: Reads(platform="is_functions"),
+           INLINE_CHECK: Reads(platform="is_functions")},
 )
 
 FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_0514, PASSES_IN_METHODS, PIPELINE)

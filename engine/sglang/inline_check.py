@@ -26,6 +26,17 @@ class NotInline(EngineError):
 def compile_with_check(function, where, check):
     """`function` (SGLang's, unwrapped) compiled from its source with the inline statements
     `where` (hook_targets.Inline) replaced by `check(first argument)`. Raises NotInline."""
+    return _compiled(function, where, check, keep=False)
+
+
+def inline_statements(function, where):
+    """The inline statements `where` of `function` alone, compiled from its source as a function
+    of the same first argument (SGLang's own check, for values the policy does not model).
+    Raises NotInline."""
+    return _compiled(function, where, None, keep=True)
+
+
+def _compiled(function, where, check, keep: bool):
     try:
         filename = inspect.getsourcefile(function)
         lines, first = inspect.getsourcelines(function)
@@ -42,11 +53,14 @@ def compile_with_check(function, where, check):
         raise NotInline(f"it does not end its {'`if ' + where.block + ':` block' if where.block else 'body'} with "
                         f"{where.count} statements from one raising SGLang's HiSparse ValueError to another")
     argument = definition.args.args[0].arg
-    call = ast.Expr(ast.Call(ast.Name(CHECK, ast.Load()), [ast.Name(argument, ast.Load())], []))
-    ast.copy_location(call, body[start])
-    ast.copy_location(call.value, body[start])
-    del body[start:]
-    body.append(call)
+    if keep:  # the statements alone (they read only the function's argument)
+        definition.body = body[start:]
+    else:
+        call = ast.Expr(ast.Call(ast.Name(CHECK, ast.Load()), [ast.Name(argument, ast.Load())], []))
+        ast.copy_location(call, body[start])
+        ast.copy_location(call.value, body[start])
+        del body[start:]
+        body.append(call)
     definition.decorator_list = []
     # a factory binds the check as a closure cell; the globals stay the module's own dict
     factory = ast.FunctionDef(name="__factory__", args=ast.arguments(

@@ -11,11 +11,11 @@ class ServerArgsError(EngineError, TypeError):
     ServerArgs it cannot write (a read-only attribute): nothing was written."""
 
 
-def raise_refusal(decision):
-    """Raise what SGLang raises for the decision's first violation: the exception its rule names
-    (`raises`: AssertionError for SGLang's bare asserts, else ValueError)."""
-    first = decision.violations[0]
-    raise (AssertionError if first.raises == "AssertionError" else ValueError)(decision.error)
+def raise_refusal(decision, violation=None):
+    """Raise what SGLang raises for a violation of the decision (default: its first): the
+    exception its rule names (`raises`: AssertionError for SGLang's bare asserts, else ValueError)."""
+    v = violation or decision.violations[0]
+    raise (AssertionError if v.raises == "AssertionError" else ValueError)(v.message)
 
 
 def attr_names(policy, name: str) -> list[str]:
