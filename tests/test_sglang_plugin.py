@@ -534,7 +534,8 @@ def test_a_function_that_no_longer_holds_its_inline_check_stops_the_launch(sglan
     target = "sglang.srt.arg_groups.hisparse_hook.validate_hisparse"
     family = hook_targets.HookFamily("test", (0, 5, 23), None, {
         **hook_targets.PIPELINE.replace, target: hook_targets.INLINE_CHECK}, hook_targets.PIPELINE.guard,
-        inline={target: hook_targets.Inline(None, 3)})
+        inline={target: hook_targets.Inline(None, 3)},
+        reads={**hook_targets.PIPELINE.reads, hook_targets.INLINE_CHECK: hook_targets.Reads()})
     monkeypatch.setattr(hook_targets, "family_of", lambda release: family)
     monkeypatch.setenv("HISPARSE_POLICY", FAMILY)
     HookRegistry.reset()
@@ -544,3 +545,64 @@ def test_a_function_that_no_longer_holds_its_inline_check_stops_the_launch(sglan
     assert exc.value.code == 1 and err.count("\n") == 1, err
     assert f"SGLang 0.5.23's {target} does not hold the HiSparse check where this release keeps it" in err
     assert dict(HookRegistry._hooks) == {}
+
+
+# -- a hook target that cannot be imported: SGLang's environment, or a function that moved --------
+
+def _package(tmp_path, files: dict) -> str:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return str(tmp_path)
+
+
+def test_an_import_failure_inside_a_target_module_is_named_as_the_environment(tmp_path, monkeypatch):
+    """A module that raises while importing (here: it imports a package that is absent) is
+    SGLang's environment, reported with the real exception and where it was raised; a module or
+    function that does not exist is a target that moved."""
+    from engine.serving.sglang_plugin import SGLangImportFailed, _resolve
+
+    root = _package(tmp_path, {
+        "fakesg/__init__.py": "",
+        "fakesg/routing.py": "def route():\n    return 1\n\nclass Args:\n    def check(self):\n        pass\n",
+        "fakesg/broken.py": "import absent_vision_package\n\ndef route():\n    return 1\n",
+        "fakesg/raising.py": "raise RuntimeError('CUDA driver too old')\n",
+    })
+    monkeypatch.syspath_prepend(root)
+    assert _resolve("fakesg.routing.route")() == 1 and _resolve("fakesg.routing.Args.check").__name__ == "check"
+    for target in ("fakesg.routing.gone", "fakesg.nosuch.route", "fakesg.routing.Args.gone"):
+        with pytest.raises((AttributeError, ImportError)) as moved:
+            _resolve(target)
+        assert not isinstance(moved.value, SGLangImportFailed), target
+    with pytest.raises(SGLangImportFailed) as failed:
+        _resolve("fakesg.broken.route")
+    text = failed.value.explain("9.9.9")
+    assert text.startswith("importing fakesg.broken (SGLang 9.9.9) raised ModuleNotFoundError: No module named "
+                           "'absent_vision_package' at ") and "broken.py:1" in text, text
+    assert "SGLang's environment, not its routing" in text and "'absent_vision_package'" in text.split(": ", 2)[2]
+    with pytest.raises(SGLangImportFailed) as failed:
+        _resolve("fakesg.raising.route")
+    assert "raised RuntimeError: CUDA driver too old at " in failed.value.explain("9.9.9")
+
+
+BLOCK_TORCHVISION = """
+import importlib.abc, sys
+class _NoTorchvision(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torchvision":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoTorchvision())
+"""
+
+
+def test_sglang_without_a_package_it_imports_is_reported_as_such(sglang_0523):
+    """SGLang 0.5.23 in a Python without torchvision (which its config package imports): the plugin
+    names that import and says it is SGLang's environment, not that the release is unsupported."""
+    code = BLOCK_TORCHVISION + "from engine.serving.sglang_plugin import register; register()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=_clean_env(HISPARSE_POLICY="sglang==0.5.23"))
+    err = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1 and err.startswith("hisparse-router: importing sglang."), out.stderr[-2000:]
+    assert "raised ModuleNotFoundError: No module named 'torchvision' at " in err and "has no" not in err, err
+    assert "SGLang's environment, not its routing" in err

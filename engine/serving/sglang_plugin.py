@@ -34,6 +34,8 @@ def register() -> None:
     for target in family.targets():
         try:
             originals[target] = _resolve(target)
+        except SGLangImportFailed as failed:
+            _stop(1, failed.explain(release))
         except (ImportError, AttributeError, ValueError) as exc:
             _stop(1, f"SGLang {release} has no {target} ({type(exc).__name__}: {exc}): the policy cannot "
                      "replace its routing there")
@@ -49,7 +51,7 @@ def register() -> None:
     # before 0.5.15 the hooks run only where SGLang's own gate found a DSA model (the methods in its
     # DSA branch, the inline check after its model assert)
     env = {"dsa_model": True} if DTYPE_METHOD in family.replace.values() else {}
-    routing = PolicyRouting(policy, shown_as, on_decision, env)
+    routing = PolicyRouting(policy, shown_as, on_decision, env, family.reads)
     _register(family, routing, originals, release)
 
 
@@ -101,12 +103,51 @@ def _record_file() -> str | None:
     return path
 
 
-def _resolve(target: str):
-    import pkgutil
+class SGLangImportFailed(Exception):
+    """Importing an SGLang module raised: SGLang's own environment is broken (a package it imports
+    is missing or fails), which says nothing about where its routing lives."""
 
-    module, _, name = target.rpartition(".")
-    obj = getattr(pkgutil.resolve_name(module), name)
-    return getattr(obj, "__wrapped__", obj)  # already wrapped by another plugin's hook: the original's code
+    def __init__(self, module: str, exc: BaseException):
+        super().__init__(module)
+        self.module, self.exc = module, exc
+
+    def explain(self, release: str) -> str:
+        import traceback
+
+        exc = self.exc
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            fix = (f"install the package that provides '{exc.name.split('.')[0]}' into this Python (SGLang "
+                   f"imports it)")
+        else:
+            fix = "repair SGLang's installation in this Python"
+        return (f"importing {self.module} (SGLang {release}) raised {type(exc).__name__}: {exc}{where}. That is "
+                f"SGLang's environment, not its routing: {fix}, or unset HISPARSE_POLICY to see SGLang's own "
+                "error")
+
+
+def _resolve(target: str):
+    """The function at `target` (a module path, then attributes), unwrapped. An import that fails
+    for another reason than the target's own module being absent raises SGLangImportFailed; a
+    missing module or attribute raises ImportError / AttributeError (the target moved)."""
+    import importlib
+
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                continue  # no such module in this release: the target is an attribute of a shorter path
+            raise SGLangImportFailed(module, exc) from None
+        except Exception as exc:  # SGLang's module raised while importing
+            raise SGLangImportFailed(module, exc) from None
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return getattr(obj, "__wrapped__", obj)  # already wrapped by another plugin's hook: the original's code
+    raise ImportError(f"no module of {target} can be imported")
 
 
 def _register(family, routing, originals, release) -> None:
@@ -114,7 +155,7 @@ def _register(family, routing, originals, release) -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from engine.sglang.hook_targets import BACKEND_CHECK, BACKEND_METHOD, INLINE_CHECK
+    from engine.sglang.hook_targets import BACKEND_METHOD, INLINE_CHECK
     from engine.sglang.inline_check import NotInline
 
     hooks = {}
@@ -122,9 +163,7 @@ def _register(family, routing, originals, release) -> None:
         original = originals[target]
         logger = logging.getLogger(original.__module__)
         factory = getattr(routing, role)
-        if role == BACKEND_CHECK:
-            hooks[target] = factory(logger)
-        elif role == INLINE_CHECK:
+        if role == INLINE_CHECK:
             try:
                 hooks[target] = factory(original, family.inline[target], logger)
             except NotInline as exc:
