@@ -60,3 +60,63 @@ def require_modules(*names: str) -> None:
     for name in names:
         if importlib.util.find_spec(name) is None:
             _missing(f"needs {name}: `make install`")
+
+
+RELEASE_ENV = "HISPARSE_PLUGIN_RELEASE_ENV"
+
+
+def release_launcher(folder: str) -> tuple[str, str, str]:
+    """(base python, the release's unpacked wheel, release) of a release environment
+    ENVS/sglang-X of tools/sglang-env.sh (its bin/python is a launcher naming both)."""
+    import re
+
+    launcher = open(os.path.join(folder, "bin", "python"), encoding="utf-8").read()
+    wheel = re.search(r'PYTHONPATH="([^:"]+):', launcher)
+    python = re.search(r'exec "([^"]+)"', launcher)
+    assert wheel and python, f"{folder}/bin/python is not a launcher of tools/sglang-env.sh"
+    return python.group(1), wheel.group(1), os.path.basename(folder.rstrip("/")).removeprefix("sglang-")
+
+
+def entry_point_folder(folder) -> str:
+    """A folder holding a dist-info that declares the plugin's `sglang.srt.plugins` entry point
+    as pyproject.toml does, for a Python where hisparse-router is not installed."""
+    import tomllib
+
+    from tests.helpers import ROOT
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        group = tomllib.load(f)["project"]["entry-points"]["sglang.srt.plugins"]
+    dist = os.path.join(str(folder), "hisparse_router-0.dist-info")
+    os.makedirs(dist, exist_ok=True)
+    with open(os.path.join(dist, "METADATA"), "w", encoding="utf-8") as f:
+        f.write("Metadata-Version: 2.1\nName: hisparse-router\nVersion: 0\n")
+    with open(os.path.join(dist, "entry_points.txt"), "w", encoding="utf-8") as f:
+        f.write("[sglang.srt.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in group.items()))
+    return str(folder)
+
+
+def release_environment(tmp_path_factory) -> tuple[str, dict, str]:
+    """(python, environment, release) to run SGLang in a fresh process with the plugin's entry
+    point declared: the release environment RELEASE_ENV names, else this Python's installed
+    SGLang (missing: a failure under CI, a skip elsewhere). The environment has no HISPARSE_* or
+    SGLANG_* variable of the caller's."""
+    import importlib.metadata
+    import sys
+
+    from tests.helpers import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HISPARSE_", "SGLANG_"))}
+    folder = os.environ.get(RELEASE_ENV)
+    if folder:
+        python, wheel, release = release_launcher(folder)
+        entry = entry_point_folder(tmp_path_factory.mktemp("entry-point"))
+        env["PYTHONPATH"] = os.pathsep.join([entry, ROOT, wheel])
+        return python, env, release
+    if INSTALLED is None:
+        _missing(f"SGLang is not installed here: {drivers.install_hint(None)}")
+    paths = [ROOT]
+    declared = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    if not any(ep.name == "hisparse_router" for ep in declared):
+        paths.insert(0, entry_point_folder(tmp_path_factory.mktemp("entry-point")))
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return sys.executable, env, INSTALLED

@@ -4,7 +4,9 @@
 # For each release listed in a shipped version's upstream.releases: its environment (make
 # conform-env: tools/sglang-env.sh, shared base environments), then `hisparse conform --policy
 # sglang==RELEASE` on a stratified sample (default 1,000 configs, seed 1: every value of every
-# input appears), which must agree on every config. Then the SGLang plugin's tests
+# input appears), which must agree on every config. Then, per release, SGLang's own unit tests of
+# the functions the plugin replaces and the contract tests of each (tests/test_sglang_own_tests.py,
+# tests/test_sglang_contracts.py). Then the SGLang plugin's tests
 # (tests/test_sglang_plugin_releases.py) in the environment of one release of each hook family
 # before 0.5.19 (PLUGIN_RELEASES; `make test` covers 0.5.23's). Prints one line per release and
 # per plugin run, and exits 1 when any release differs, cannot run, or fails a plugin test.
@@ -39,6 +41,19 @@ for release in $RELEASES; do
     { printf '%s\n' "$out"; grep -v '^conform: ' "$err"; } | sed 's/^/    /' | head -40; failed+=("$release")
   fi
   rm -f "$err"
+done
+# every release: SGLang's own unit tests of the functions the plugin replaces (0.5.15 on; the
+# folder HISPARSE_SGLANG_TESTS names, else ../shared/sglang-tests), and each replaced function
+# called alone against SGLang's own (tests/test_sglang_contracts.py)
+for release in $RELEASES; do
+  start=$(date +%s)
+  out=$(cd "$ROOT" && HISPARSE_PLUGIN_RELEASE_ENV="$ENVS/sglang-$release" "$PY" -m pytest -q -p no:cacheprovider -rs \
+        tests/test_sglang_own_tests.py tests/test_sglang_contracts.py 2>&1)
+  rc=$?
+  echo "SGLang $release own tests and contracts ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | tail -1)"
+  if [ $rc -ne 0 ]; then
+    printf '%s\n' "$out" | tail -60 | sed 's/^/    /'; failed+=("contracts@$release")
+  fi
 done
 for release in $PLUGIN_RELEASES; do
   if [ ! -x "$ENVS/sglang-$release/bin/python" ]; then
