@@ -12,7 +12,7 @@ import time
 
 from bench.common import THREADS, out_dir, pin_threads, use_output
 
-SUITES = ("engine", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
+SUITES = ("engine", "plugin", "kernels", "hotbuffer", "memory", "accuracy", "gpu")
 
 
 def _run_suite(name: str, quick: bool) -> str:
@@ -26,6 +26,8 @@ def _run_suite(name: str, quick: bool) -> str:
         from bench import memory_bench as m
     elif name == "accuracy":
         from bench import accuracy_bench as m
+    elif name == "plugin":
+        from bench import plugin_bench as m
     else:
         return _gpu(quick)
     return m.run(quick)
