@@ -23,15 +23,14 @@ RUNNER = os.path.join(ROOT, "tests", "sglang_own_runner.py")
 
 
 def _own_tests_folder() -> str | None:
-    from engine.sglang.hook_targets import family_of
-    from engine.sglang.conform.startup import installed_release
+    from engine.sglang import registry
 
-    release = installed_release()
-    family = family_of(release) if release else None
+    release = registry.installed_release()
+    row = registry.release(release) if release else None
     root = os.environ.get("HISPARSE_SGLANG_TESTS") or os.path.join(os.path.dirname(ROOT), "shared", "sglang-tests")
-    if family is None or family.own_tests is None or not os.path.isdir(os.path.join(root, family.own_tests)):
+    if row is None or row.own_tests is None or not os.path.isdir(os.path.join(root, row.own_tests)):
         return None
-    return os.path.join(root, family.own_tests)
+    return os.path.join(root, row.own_tests)
 
 
 def _suite_run(folder: str, policy: str | None) -> tuple[float, float, dict]:
@@ -62,7 +61,7 @@ def own_tests(quick: bool) -> tuple[dict, dict, list]:
     if folder is None:
         return {}, {}, ["SGLang's own tests not run: no installed SGLang with unit tests of these functions, or "
                         "no folder of SGLang's tests (HISPARSE_SGLANG_TESTS)"]
-    from engine.sglang.conform.startup import installed_release
+    from engine.sglang.registry import installed_release
 
     policy = f"sglang=={installed_release()}"
     repeats = 3 if quick else 7

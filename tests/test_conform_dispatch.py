@@ -30,10 +30,13 @@ def test_every_pipeline_release_runs_with_the_pipeline_driver():
     for release in PIPELINE_RELEASES:
         assert drivers.driver_for(release) is pipeline
         assert drivers.note(release) is None
-    # a .post release is its own row, never covered by its base release
+    # a .post release is its own row; one the registry does not list runs with the driver of the
+    # release before it, and says so
     assert drivers.module_name("0.5.23") == drivers.PIPELINE
+    assert drivers.module_name("0.5.18.post9") == drivers.DRIVERS["0.5.18"]
+    assert "not a release a conform driver was checked on" in drivers.note("0.5.18.post9")
     with pytest.raises(drivers.UnknownVersion):
-        drivers.module_name("0.5.18.post9")
+        drivers.module_name("0.5.10")
 
 
 def test_a_newer_release_runs_with_the_newest_driver_and_says_so():

@@ -41,17 +41,17 @@ def own_tests_root() -> str | None:
 def release(tmp_path_factory):
     """(python, environment, release, folder of SGLang's tests for it)."""
     python, env, version = release_environment(tmp_path_factory)
-    from engine.sglang.hook_targets import family_of
+    from engine.sglang import registry
 
-    family = family_of(version)
-    if family is None or family.own_tests is None:
+    row = registry.release(version)
+    if row is None or row.own_tests is None:
         pytest.skip(f"SGLang {version} has no unit tests of the functions the plugin replaces "
                     "(tests/test_sglang_contracts.py holds them to SGLang's own instead)")
     root = own_tests_root()
     if root is None:
         pytest.skip("SGLang's own tests are not here: set HISPARSE_SGLANG_TESTS to the folder holding "
                     "conftest_plugin_loader.py and v0.5.17/, v0.5.23/ (../shared/sglang-tests beside the checkout)")
-    return python, env, version, os.path.join(root, family.own_tests)
+    return python, env, version, os.path.join(root, row.own_tests)
 
 
 def run_own(release, tmp_path, policy: str | None, name: str) -> dict:

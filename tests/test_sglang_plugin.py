@@ -100,6 +100,8 @@ def test_the_hook_families_cover_the_releases_they_name():
     assert t.family_of("0.5.14") is t.DSA_METHODS_0514 and t.family_of("0.5.13.post1") is t.DSA_METHODS_0513
     assert t.family_of("0.5.12.post1") is t.NSA_METHODS_0512 and t.family_of("0.5.11") is t.NSA_METHODS_0511
     assert t.family_of("0.5.10") is None and t.family_of("unknown") is None
+    assert t.family_of("0.5.16.post1") is t.PASSES_IN_METHODS  # unlisted: the facts of the release before it
+    assert t.family_of("1.0") is t.PIPELINE and t.family_of("0.6.0rc1") is t.PIPELINE
     # before 0.5.15 the methods are replaced and the guard runs before the adjustments that call them
     for family in (t.NSA_METHODS_0511, t.NSA_METHODS_0512, t.DSA_METHODS_0513, t.DSA_METHODS_0514):
         assert {t.BACKEND_METHOD, t.DTYPE_METHOD} < set(family.replace.values())
@@ -532,7 +534,7 @@ def test_a_function_that_no_longer_holds_its_inline_check_stops_the_launch(sglan
     from engine.sglang import hook_targets
 
     target = "sglang.srt.arg_groups.hisparse_hook.validate_hisparse"
-    family = hook_targets.HookFamily("test", (0, 5, 23), None, {
+    family = hook_targets.HookFamily("test", "a test family", {
         **hook_targets.PIPELINE.replace, target: hook_targets.INLINE_CHECK}, hook_targets.PIPELINE.guard,
         inline={target: hook_targets.Inline(None, 3)},
         reads={**hook_targets.PIPELINE.reads, hook_targets.INLINE_CHECK: hook_targets.Reads()})

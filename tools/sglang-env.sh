@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # An environment that runs one SGLang release's routing code on a CPU machine, for `hisparse conform`:
 #   tools/sglang-env.sh VERSION [ENVS]     (make conform-env SGLANG=VERSION [ENVS=...])
-# VERSION: any release from 0.5.11 to 0.5.23, .post releases included. ENVS: where environments
+# VERSION: any release from 0.5.11 on, .post releases included (engine/sglang/registry.py: a later
+# release takes the newest release's transformers). ENVS: where environments
 # are kept (default $HISPARSE_ENVS, else ~/.cache/hisparse/sglang-envs); never this checkout.
 #
 # SGLang pins a CUDA torch and ~60 GPU packages; routing needs none of them. Releases share three
@@ -23,20 +24,16 @@ PYTHON=${PYTHON:-python3.11}  # the SGLang wheels are cp311 only
 TORCH=${TORCH:-torch==2.13.0}
 INDEX=${TORCH_INDEX:-}  # e.g. https://download.pytorch.org/whl/cpu where the default index has CUDA builds
 
-# release -> the transformers version its base environment pins
-case $VERSION in
-  0.5.11|0.5.12|0.5.12.post1) TF=5.6.0 ;;
-  0.5.13|0.5.13.post1|0.5.14|0.5.15|0.5.15.post1|0.5.16|0.5.17|0.5.18|0.5.19|0.5.20) TF=5.12.1 ;;
-  0.5.21|0.5.22|0.5.23) TF=5.19.0 ;;
-  *) echo "$0: no recipe for SGLang $VERSION (known: 0.5.11 to 0.5.23 and their .post releases:" \
-          "0.5.12.post1, 0.5.13.post1, 0.5.15.post1)" >&2; exit 2 ;;
-esac
+command -v "$PYTHON" >/dev/null || { echo "$0: $PYTHON not found (set PYTHON=...)" >&2; exit 2; }
+# release -> the transformers version its base environment pins (engine/sglang/registry.py)
+TF=$(cd "$ROOT" && "$PYTHON" -c 'import sys; from engine.sglang.registry import main; sys.exit(main(sys.argv[1:]))' \
+     transformers "$VERSION") || exit 2
 PINS=$ROOT/tools/pins/transformers-$TF.txt
+[ -f "$PINS" ] || { echo "$0: no pins for transformers $TF (tools/pins/)" >&2; exit 2; }
 ENVS=$(realpath -m "$ENVS")
 case $ENVS/ in
   "$ROOT"/*) echo "$0: $ENVS is inside this checkout; keep environments outside it" >&2; exit 2 ;;
 esac
-command -v "$PYTHON" >/dev/null || { echo "$0: $PYTHON not found (set PYTHON=...)" >&2; exit 2; }
 
 BASE=$ENVS/base-tf$TF WHEEL=$ENVS/wheels/$VERSION RUN=$ENVS/sglang-$VERSION
 mkdir -p "$ENVS"

@@ -8,10 +8,10 @@ import json
 import os
 import sys
 
+from engine.sglang.registry import RELEASES
+
 # every SGLang release from 0.5.11 on, .post releases listed on their own (PyPI)
-SGLANG_RELEASES = ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15",
-                   "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
-                   "0.5.23")
+SGLANG_RELEASES = tuple(r.version for r in RELEASES)
 
 
 def reports_dir() -> str:

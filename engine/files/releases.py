@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from engine.errors import PolicyError, Problem
+from engine.sglang.registry import release_key  # noqa: F401  (one parser of release strings)
 from engine.values import shown
 
 PREFIX = "sglang=="
@@ -16,14 +17,15 @@ def is_release_ref(ref: str) -> bool:
 
 
 def installed_release() -> str:
-    """The installed SGLang's version, from its package metadata (SGLang is not imported)."""
-    import importlib.metadata
+    """The installed SGLang's version, from its package metadata (SGLang is not imported).
+    Raises PolicyError when SGLang is not installed."""
+    from engine.sglang.registry import installed_release as installed
 
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
+    release = installed()
+    if release is None:
         raise PolicyError([Problem("R604", "--policy installed: SGLang is not installed in this Python",
-                                   hint="name the release instead (--policy sglang==X) or a FAMILY@N")]) from None
+                                   hint="name the release instead (--policy sglang==X) or a FAMILY@N")])
+    return release
 
 
 def modelled(files, load) -> dict[str, list[tuple[str, str, str]]]:
@@ -36,11 +38,6 @@ def modelled(files, load) -> dict[str, list[tuple[str, str, str]]]:
             out.setdefault(release, []).append((ref, path, display))
     return out
 
-
-def release_key(release: str) -> tuple:
-    """Sort key of a release string: 0.5.9 < 0.5.12 < 0.5.12.post1 < 0.5.13."""
-    parts = release.replace("post", "").split(".")
-    return tuple(int(p) if p.isdigit() else -1 for p in parts)
 
 
 def resolve(ref: str, files, load) -> tuple[str, str]:

@@ -57,18 +57,9 @@ def register() -> None:
 
 def installed_release() -> str:
     """The installed SGLang's version ("0.5.23"), or "unknown"."""
-    from importlib import metadata
+    from engine.sglang.registry import installed_release as installed
 
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        pass
-    try:
-        from sglang.version import __version__
-
-        return __version__
-    except ImportError:
-        return "unknown"
+    return installed() or "unknown"
 
 
 def _load_policy():

@@ -6,8 +6,6 @@ the newest family when every target of that family exists in it, and refused oth
 policy must never seem to decide while SGLang's own code routes."""
 from __future__ import annotations
 
-import re
-
 # the role of each replaced function (a PolicyRouting factory, engine/sglang/routing_hooks.py)
 DTYPE, BACKENDS, BACKEND_CHECK = "dtype_pass", "backend_pass", "backend_check"
 # before 0.5.15: ServerArgs methods that write the fields themselves
@@ -44,14 +42,11 @@ class Reads:
 class HookFamily:
     """The releases that keep their routing in the same functions."""
 
-    def __init__(self, name: str, first: tuple, last: tuple | None, replace: dict, guard: str,
-                 inline: dict | None = None, hisparse_line: str | None = None, reads: dict | None = None,
-                 own_tests: str | None = None):
-        self.name = name
-        # the folder of SGLang's own unit tests of these functions (tests/test_sglang_own_tests.py)
-        self.own_tests = own_tests
+    def __init__(self, name: str, label: str, replace: dict, guard: str,
+                 inline: dict | None = None, hisparse_line: str | None = None, reads: dict | None = None):
+        self.name = name  # what engine/sglang/registry.py calls it, per release
+        self.label = label
         self.reads = reads or {}  # role -> Reads
-        self.first, self.last = first, last  # the releases it covers (last None: and later)
         self.replace = replace  # dotted target -> role
         self.guard = guard  # the resolution entry point: the guard checks the hooks before it runs
         self.inline = inline or {}  # INLINE_CHECK target -> Inline
@@ -67,7 +62,7 @@ class HookFamily:
 # arg_groups/overrides.py, run by arg_groups/model_hook.py inside ServerArgs.resolve_once(); the
 # HiSparse check in arg_groups/hisparse_hook.py, run from check_server_args.
 PIPELINE = HookFamily(
-    "resolution pipeline (0.5.19 and later)", (0, 5, 19), None,
+    "pipeline", "resolution pipeline (0.5.19 and later)",
     {
         "sglang.srt.arg_groups.overrides._dsa_kv_cache_dtype_default": DTYPE,
         "sglang.srt.arg_groups.overrides._dsa_split_backend_resolution": BACKENDS,
@@ -76,7 +71,6 @@ PIPELINE = HookFamily(
     "sglang.srt.arg_groups.pipeline.run_resolution_pipeline",
     reads={DTYPE: Reads("model_config_of", "get_platform"), BACKENDS: Reads("model_config_of", "get_platform"),
            BACKEND_CHECK: Reads(platform="get_platform", view="resolved_view")},
-    own_tests="v0.5.23",
 )
 
 # SGLang 0.5.15 to 0.5.18: the same passes in arg_groups/overrides.py, called from
@@ -85,13 +79,12 @@ PIPELINE = HookFamily(
 # __post_init__; the HiSparse check from check_server_args through
 # ServerArgs._validate_hisparse_dsa_backend.
 PASSES_IN_METHODS = HookFamily(
-    "passes called from ServerArgs methods (0.5.15 to 0.5.18)", (0, 5, 15), (0, 5, 18),
+    "passes-in-methods", "passes called from ServerArgs methods (0.5.15 to 0.5.18)",
     dict(PIPELINE.replace),
     "sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments",
     reads={DTYPE: Reads("get_model_config", "is_functions"),
            BACKENDS: Reads("get_model_config", "is_functions", hisparse_hip=f"{_HOOK}._is_hip"),
            BACKEND_CHECK: Reads(platform="_is_hip", view="resolved_view")},
-    own_tests="v0.5.17",
 )
 
 # Before 0.5.15 the routing is the body of two ServerArgs methods, run inside
@@ -103,7 +96,7 @@ GUARD_PRE = f"{_SA}._handle_model_specific_adjustments"
 
 # 0.5.14: `--dsa-*` methods; the backend check is hisparse_hook.validate_hisparse_dsa_backend, as later
 DSA_METHODS_0514 = HookFamily(
-    "ServerArgs._set_default_dsa_* methods (0.5.14)", (0, 5, 14), (0, 5, 14),
+    "dsa-methods-0514", "ServerArgs._set_default_dsa_* methods (0.5.14)",
     {f"{_SA}._set_default_dsa_kv_cache_dtype": DTYPE_METHOD,
      f"{_SA}._set_default_dsa_backends": BACKEND_METHOD,
      f"{_HOOK}.validate_hisparse_dsa_backend": BACKEND_CHECK},
@@ -115,7 +108,7 @@ DSA_METHODS_0514 = HookFamily(
 # 0.5.13, 0.5.13.post1: the same methods; the dtype and backend checks inline in validate_hisparse
 # (after `if is_v4_hisparse: return`: the dtype check, the allow-list, the backend loop)
 DSA_METHODS_0513 = HookFamily(
-    "ServerArgs._set_default_dsa_* methods (0.5.13)", (0, 5, 13), (0, 5, 13),
+    "dsa-methods-0513", "ServerArgs._set_default_dsa_* methods (0.5.13)",
     {f"{_SA}._set_default_dsa_kv_cache_dtype": DTYPE_METHOD,
      f"{_SA}._set_default_dsa_backends": BACKEND_METHOD,
      f"{_HOOK}.validate_hisparse": INLINE_CHECK},
@@ -127,7 +120,7 @@ DSA_METHODS_0513 = HookFamily(
 
 # 0.5.12, 0.5.12.post1: `--nsa-*` methods; the checks inline in validate_hisparse, as 0.5.13
 NSA_METHODS_0512 = HookFamily(
-    "ServerArgs._set_default_nsa_* methods (0.5.12)", (0, 5, 12), (0, 5, 12),
+    "nsa-methods-0512", "ServerArgs._set_default_nsa_* methods (0.5.12)",
     {f"{_SA}._set_default_nsa_kv_cache_dtype": DTYPE_METHOD,
      f"{_SA}._set_default_nsa_backends": BACKEND_METHOD,
      f"{_HOOK}.validate_hisparse": INLINE_CHECK},
@@ -141,7 +134,7 @@ NSA_METHODS_0512 = HookFamily(
 # statement inside check_server_args (its backend loop and dtype check after the model and
 # radix-cache asserts)
 NSA_METHODS_0511 = HookFamily(
-    "ServerArgs._set_default_nsa_* methods (0.5.11)", (0, 5, 11), (0, 5, 11),
+    "nsa-methods-0511", "ServerArgs._set_default_nsa_* methods (0.5.11)",
     {f"{_SA}._set_default_nsa_kv_cache_dtype": DTYPE_METHOD,
      f"{_SA}._set_default_nsa_backends": BACKEND_METHOD,
      f"{_SA}.check_server_args": INLINE_CHECK},
@@ -151,21 +144,14 @@ NSA_METHODS_0511 = HookFamily(
 )
 
 FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_0514, PASSES_IN_METHODS, PIPELINE)
-
-
-def release_tuple(release: str) -> tuple:
-    """(0, 5, 23) of "0.5.23" or "0.5.12.post1"; () when it is not a version."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", release or "")
-    return tuple(int(x) for x in m.groups()) if m else ()
+BY_NAME = {f.name: f for f in FAMILIES}
 
 
 def family_of(release: str) -> HookFamily | None:
-    """The family covering the release (0.5.11 on); for a release newer than every family, the
-    newest; None before 0.5.11 or for what is not a version."""
-    at = release_tuple(release)
-    if not at:
-        return None
-    for family in FAMILIES:
-        if at >= family.first and (family.last is None or at <= family.last):
-            return family
-    return None
+    """The family of functions the plugin replaces in a release (engine/sglang/registry.py: a
+    release it does not list takes the facts of the newest listed one at or before it); None
+    before 0.5.11 or for what is not a version."""
+    from engine.sglang import registry
+
+    row = registry.release(release)
+    return BY_NAME[row.hooks] if row is not None else None

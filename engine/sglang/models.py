@@ -12,6 +12,7 @@ import os
 import re
 
 from engine.errors import ConfigError, Problem
+from engine.sglang.registry import DSA_SINCE as DSA_SINCE_BY_ARCHITECTURE
 from engine.values import kind
 
 # architectures[0] -> the family name a policy's model_family input may use (None: DSA, no family
@@ -30,9 +31,10 @@ DSA_ARCHITECTURES = {
     "Dots3NoteForCausalLM": "dots3_note",
     "Dots3NoteForCausalLMNextN": "dots3_note",
 }
-# families SGLang counts as DSA only from a release on (is_deepseek_dsa's architecture list): under
-# a policy whose every modelled release (upstream.releases) is older, such a model is not DSA
-DSA_SINCE = {"longcat_flash": "0.5.16", "dots3_note": "0.5.19"}
+# families SGLang counts as DSA only from a release on (is_deepseek_dsa's architecture list;
+# engine/sglang/registry.py): under a policy whose every modelled release (upstream.releases) is
+# older, such a model is not DSA
+DSA_SINCE = {DSA_ARCHITECTURES[arch]: since for arch, since in DSA_SINCE_BY_ARCHITECTURE.items()}
 # architectures whose transformers config class has an index_topk default (a config.json that
 # leaves it out still has it once loaded); the others are DSA only with index_topk written
 INDEX_TOPK_DEFAULT = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration"})
@@ -162,7 +164,7 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
 
 def _before(policy, release: str) -> bool:
     """Every release the policy models is older than `release` (False when it names none)."""
-    from engine.files.releases import release_key
+    from engine.sglang.registry import release_key
 
     releases = getattr(policy.upstream, "releases", None) or ()
     return bool(releases) and all(release_key(r) < release_key(release) for r in releases)

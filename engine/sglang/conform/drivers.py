@@ -20,31 +20,16 @@ from __future__ import annotations
 import importlib
 
 from engine.errors import EngineError
-from engine.sglang.conform.startup import installed_release
+from engine.sglang import registry
+from engine.sglang.registry import installed_release
 
 PIPELINE = "engine.sglang.conform.pipeline"  # the resolve_once pipeline releases
 
-DRIVERS: dict[str, str] = {
-    "0.5.11": "engine.sglang.conform.sglang_0511",  # environments: tools/sglang-env.sh (docs/conform.md)
-    "0.5.12": "engine.sglang.conform.sglang_0512",
-    "0.5.12.post1": "engine.sglang.conform.sglang_0512",
-    "0.5.13": "engine.sglang.conform.sglang_0513",
-    "0.5.13.post1": "engine.sglang.conform.sglang_0513",
-    "0.5.14": "engine.sglang.conform.sglang_0513",
-    "0.5.15": "engine.sglang.conform.transitional",
-    "0.5.15.post1": "engine.sglang.conform.transitional",
-    "0.5.16": "engine.sglang.conform.transitional",
-    "0.5.17": "engine.sglang.conform.transitional",
-    "0.5.18": "engine.sglang.conform.transitional",
-    "0.5.19": PIPELINE,
-    "0.5.20": PIPELINE,
-    "0.5.21": PIPELINE,
-    "0.5.22": PIPELINE,
-    "0.5.23": PIPELINE,
-}
+# every release a driver was checked on -> its module (engine/sglang/registry.py holds the table)
+DRIVERS: dict[str, str] = {r.version: r.driver for r in registry.RELEASES}
 
 # the project's own release (the `conform` extra pins what its start-up code imports)
-OWN_RELEASE = "0.5.23"
+OWN_RELEASE = registry.OWN
 
 
 def install_hint(release: str | None) -> str:
@@ -65,11 +50,7 @@ class UnknownVersion(EngineError, ValueError):
     """No driver for this SGLang version."""
 
 
-def release_key(release: str) -> tuple:
-    """Sort key of a release string: 0.5.9 < 0.5.12 < 0.5.12.post1 < 0.5.13."""
-    from engine.files.releases import release_key as key
-
-    return key(release)
+release_key = registry.release_key
 
 
 def known_versions() -> list[str]:
@@ -82,10 +63,8 @@ def newest() -> str:
 
 def is_newer(version: str) -> bool:
     """A release after every one a driver was checked on."""
-    try:
-        return release_key(version) > release_key(newest())
-    except (TypeError, ValueError):
-        return False
+    key = registry.version_key(version)
+    return key is not None and key > registry.version_key(newest())
 
 
 def module_name(version: str) -> str:
@@ -94,6 +73,8 @@ def module_name(version: str) -> str:
     name = DRIVERS.get(version)
     if name is None and is_newer(version):
         name = DRIVERS[newest()]
+    if name is None and registry.release(version) is not None:  # between two known releases
+        name = registry.release(version).driver
     if name is None:
         raise UnknownVersion(f"no conform driver for SGLang {version}; drivers exist for "
                              + ", ".join(known_versions()))
@@ -102,10 +83,16 @@ def module_name(version: str) -> str:
 
 def note(version: str) -> str | None:
     """What to say about the driver a release runs with: None for a release it was checked on."""
-    if version in DRIVERS or not is_newer(version):
+    if version in DRIVERS:
         return None
-    return (f"SGLang {version} is newer than every release a conform driver was checked on "
-            f"(newest: {newest()}): running the newest driver, {DRIVERS[newest()]}")
+    if is_newer(version):
+        return (f"SGLang {version} is newer than every release a conform driver was checked on "
+                f"(newest: {newest()}): running the newest driver, {DRIVERS[newest()]}")
+    row = registry.release(version)
+    if row is None:
+        return None
+    return (f"SGLang {version} is not a release a conform driver was checked on: running the driver of "
+            f"SGLang {row.version}, {row.driver}")
 
 
 def driver_for(version: str):

@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import warnings
 
+from engine.sglang import registry
 from engine.errors import EngineError
 from engine.sglang.conform import startup
 from engine.sglang.conform.protocol import Case, Result
 
 # the releases this driver was checked on, oldest first; VERSION is the newest
-RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+RELEASES = registry.driven_by(__name__)
 VERSION = RELEASES[-1]
 
 # the DSA / HiSparse routing functions of these releases whose warnings are the routing log

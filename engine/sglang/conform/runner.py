@@ -150,6 +150,9 @@ class _Slots:
     def __init__(self, ctx, workers: int):
         self.array = ctx.Array("d", 3 * workers)  # with a lock: index and start are read together
         self.next = ctx.Value("i", 0)
+        # set by the parent once it holds every worker's process: a worker that died before would
+        # be reaped out of sight, and its crash could not be told from the pool's stopping the rest
+        self.go = ctx.Event()
         for slot in range(workers):
             self.array[3 * slot + 1] = -1
 
@@ -190,6 +193,7 @@ _WORK = None  # in a worker: (driver, cases, slots, its slot)
 def _start_worker(driver, cases, slots) -> None:
     global _WORK
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    slots.go.wait()
     _WORK = (driver, cases, slots, slots.take())
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
 
@@ -246,6 +250,7 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
             pending.add(submit(start))
             if not procs:  # a fork pool starts all its workers at the first submit
                 procs = [p for p in multiprocessing.active_children() if p not in before]
+                slots.go.set()
         while pending:
             finished, pending = wait(pending, _next_deadline(slots, case_timeout), FIRST_COMPLETED)
             for future in finished:

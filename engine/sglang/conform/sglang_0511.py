@@ -17,9 +17,10 @@ import ast
 import inspect
 import textwrap
 
+from engine.sglang import registry
 from engine.sglang.conform.prepipeline import NSA, Driver
 
-VERSION = "0.5.11"
+VERSION = registry.driven_by(__name__)[-1]
 MARK = "# Check hisparse"
 
 

@@ -8,9 +8,10 @@ The HiSparse check is the release's own entry point, `hisparse_hook.validate_his
 `__post_init__` fills)."""
 from __future__ import annotations
 
+from engine.sglang import registry
 from engine.sglang.conform.prepipeline import NSA, Driver
 
-VERSIONS = ("0.5.12", "0.5.12.post1")
+VERSIONS = registry.driven_by(__name__)
 VERSION = VERSIONS[0]
 
 

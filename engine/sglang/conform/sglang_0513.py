@@ -7,10 +7,11 @@ notice `print_deprecated_warning` logs through the "sglang" logger: it is a rout
 order are 0.5.13's. See `prepipeline` for what runs and what is patched."""
 from __future__ import annotations
 
+from engine.sglang import registry
 from engine.sglang.conform.prepipeline import DSA, Driver
 from engine.sglang.conform.sglang_0512 import hisparse_check
 
-VERSIONS = ("0.5.13", "0.5.13.post1", "0.5.14")
+VERSIONS = registry.driven_by(__name__)
 VERSION = VERSIONS[0]
 
 # imported inside _handle_model_specific_adjustments and _set_default_dsa_backends

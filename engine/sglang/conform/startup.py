@@ -7,12 +7,12 @@ Nothing here imports SGLang: a driver passes in what it imported."""
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import warnings
 
 from engine.sglang.conform.protocol import Case, Result, is_routing_record
+from engine.sglang.registry import installed_release  # noqa: F401  (the drivers' name for it)
 
 PLATFORMS = ("cuda", "hip")
 
@@ -26,12 +26,6 @@ WARM_UP = (
 )
 
 
-def installed_release() -> str | None:
-    """The installed SGLang's version, from its package metadata (nothing is imported)."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def warm_up(run_case, architectures) -> None:

@@ -27,9 +27,10 @@ context), the model is a `model_folders` folder, torchvision is `torchvision_stu
 every driver shares."""
 from __future__ import annotations
 
+from engine.sglang import registry
 from engine.sglang.conform.prepipeline import Driver, Names
 
-VERSIONS = ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
+VERSIONS = registry.driven_by(__name__)
 VERSION = VERSIONS[-1]  # the newest release this driver runs
 
 # the functions whose WARNING records are the routing log: the deprecated-alias notice of the
