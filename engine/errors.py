@@ -67,6 +67,7 @@ CODES: dict[str, tuple[str, str]] = {
     "R603": ("ambiguous-release", "more than one policy version models the SGLang release named"),
     "R604": ("no-installed-release", "--policy installed, but SGLang is not installed"),
     "R605": ("retired-policy", "a retired policy reference; the message names what replaced it"),
+    "R606": ("model-not-routed", "the model is of a class (DSA, DeepSeek-V4, MiniMax-M3, other) no policy the reference names routes"),
 }
 
 

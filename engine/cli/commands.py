@@ -26,7 +26,7 @@ from engine.values import clip, one_line, shown
 # -- commands ------------------------------------------------------------------------------------
 def cmd_evaluate(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = policy_from_argv(argv)
+    policy = policy_from_argv(argv, launch)
     parser = Parser(prog="hisparse evaluate",
                     usage="hisparse evaluate [options] [-- python -m sglang.launch_server ARGS...]",
                     description="Decide the attention backends for a server config and check it. The config "
@@ -68,7 +68,7 @@ def cmd_evaluate(argv) -> int:
 
 def cmd_explain(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = policy_from_argv(argv)
+    policy = policy_from_argv(argv, launch)
     parser = Parser(prog="hisparse explain",
                     usage="hisparse explain [options] [-- python -m sglang.launch_server ARGS...]",
                     description="Show every stage, rule and check the policy tried for a config, and why.")

@@ -20,7 +20,7 @@ from engine.sglang.argv import add_input_flags
 
 def cmd_launch(argv) -> int:
     argv, command = split_launch(argv)
-    policy = policy_from_argv(argv)
+    policy = policy_from_argv(argv, command)
     parser = Parser(prog="hisparse launch",
                     usage="hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] [input flags] "
                           "-- python -m sglang.launch_server ARGS... (or: sglang serve ARGS...)",

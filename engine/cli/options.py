@@ -144,16 +144,69 @@ def percent_arg(text: str) -> float:
 
 
 # -- policy-driven options ----------------------------------------------------------------------
-def policy_from_argv(argv):
-    """The policy the command line names (--policy, --policy-dir), read before the command's own
-    parser is built: the policy's inputs are options of that parser."""
+def policy_from_argv(argv, launch=None):
+    """The policy the command line names (--policy, --policy-dir) for the model it names, read
+    before the command's own parser is built: the policy's inputs are options of that parser. A
+    reference that covers every family (none, sglang==X, installed, a folder) gives the version of
+    the family that routes the model's class (engine/policy/sets.py)."""
     pre = Parser(add_help=False)
     pre.add_argument("--policy")
     pre.add_argument("--policy-dir")
+    pre.add_argument("--config")
+    for key in ("--model-path", "--model"):
+        pre.add_argument(key, dest=key[2:].replace("-", "_"))
     ns, _ = pre.parse_known_args(argv)
-    from engine.policy.loader import load_policy
+    from engine.policy.sets import load_policy_set
 
-    return load_policy(policy_ref(ns.policy), ns.policy_dir)
+    return load_policy_set(ns.policy, ns.policy_dir).choose(model_path_of(ns, launch))
+
+
+def model_path_of(ns, launch) -> str | None:
+    """The model path a command names, where the config's layers would take it from (the last
+    source that gives one wins: a launch command and its --config file, --config, the flags).
+    A source that cannot be read gives none here (reading it for the config reports why)."""
+    found = None
+    if launch is not None:
+        found = _launch_model(launch) or found
+    if ns.config is not None:
+        found = _file_model(ns.config) or found
+    return ns.model_path or ns.model or found
+
+
+def _file_model(path: str) -> str | None:
+    from engine.errors import HisparseError
+    from engine.sglang.config_files import read_config_file
+    from engine.sglang.given import MODEL_KEYS
+
+    try:
+        data = read_config_file(path).data
+    except (HisparseError, OSError):
+        return None
+    for key in MODEL_KEYS:
+        for spelled in (key, key.replace("-", "_")):
+            if isinstance(data.get(spelled), str):
+                return data[spelled]
+    return None
+
+
+def _launch_model(launch) -> str | None:
+    from engine.errors import HisparseError
+    from engine.sglang.launch import launch_args
+
+    try:
+        words = launch_args(list(launch))
+    except HisparseError:
+        return None
+    model = config = None
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else None
+        if flag in ("--model-path", "--model"):
+            model = value
+        elif flag == "--config":
+            config = value
+    return model or (_file_model(config) if config else None)
 
 
 def add_policy_options(parser, with_ref=True):

@@ -70,10 +70,10 @@ class Parts(Record):
     applies: input -> where it means something (inputs[].applies)."""
 
     FIELDS = ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases", "tables",
-              "stages", "scope", "applies", "capabilities")
+              "stages", "scope", "applies", "capabilities", "models")
     __slots__ = FIELDS
     DEFAULTS = {"upstream": None, "inputs": dict, "backends": dict, "phases": dict, "tables": dict, "stages": dict,
-                "scope": list, "applies": dict, "capabilities": dict}
+                "scope": list, "applies": dict, "capabilities": dict, "models": ("dsa", "other")}
 
 
 class Builder:
@@ -105,6 +105,8 @@ class Builder:
                                   " ".join(u["note"].split()),
                                   tuple((x["where"], " ".join(x["why"].split()), "when" in x)
                                         for x in u.get("leaves_out") or ()))
+        if "models" in d:
+            p.models = tuple(d["models"])
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
         self._inputs(d["inputs"])
         self._phases(d["phases"])

@@ -1,10 +1,12 @@
-"""Which model a `--model-path` names: whether it uses DeepSeek Sparse Attention (a policy's
-`dsa_model`) and which DSA family it is (`model_family`).
+"""Which model a `--model-path` names: its class (a DSA model, DeepSeek-V4 / V4.1, MiniMax-M3, or
+another model HiSparse does not serve), which policy inputs that decides (a DSA policy's
+`dsa_model`, every family's `model_family`), and the class a policy routes.
 
-A local checkpoint folder is read as SGLang reads it: `config.json`'s `architectures[0]` and
-`index_topk` (`is_deepseek_dsa`: the architecture is one of DSA_ARCHITECTURES and index_topk is
-set). A hub name (no such folder) is matched against the name patterns below, the table
-docs/cli.md lists; a name none of them matches is "cannot tell" and the policy's default applies.
+A local checkpoint folder is read as SGLang reads it: `config.json`'s `architectures[0]`,
+`model_type` and `index_topk` (`is_deepseek_dsa`: a DSA architecture with index_topk set;
+`is_deepseek_v4`; `is_minimax_sparse`; V4.1 by its model_type). A hub name (no such folder) is
+matched against the name patterns of engine/sglang/registry.py, the table docs/cli.md lists; a
+name none of them matches is "cannot tell", and the policy's default applies.
 """
 from __future__ import annotations
 
@@ -12,43 +14,22 @@ import os
 import re
 
 from engine.errors import ConfigError, Problem
+from engine.sglang import registry
 from engine.sglang.registry import DSA_SINCE as DSA_SINCE_BY_ARCHITECTURE
 from engine.values import kind
 
-# architectures[0] -> the family name a policy's model_family input may use (None: DSA, no family
-# of its own). SGLang's is_deepseek_dsa list; the GLM-5 SM12x defaults need GlmMoeDsaForCausalLM
-# exactly, so GLM-5.3-Flash (Glm5Next) is a family of its own, never glm5.
-DSA_ARCHITECTURES = {
-    "DeepseekV3ForCausalLM": "deepseek_v32",
-    "DeepseekV3ForCausalLMNextN": "deepseek_v32",
-    "DeepseekV32ForCausalLM": "deepseek_v32",
-    "GlmMoeDsaForCausalLM": "glm5",
-    "Glm5NextForConditionalGeneration": "glm5_next",
-    "MistralLarge3ForCausalLM": None,
-    "PixtralForConditionalGeneration": None,
-    "LongcatFlashForCausalLM": "longcat_flash",
-    "LongcatFlashForCausalLMNextN": "longcat_flash",
-    "Dots3NoteForCausalLM": "dots3_note",
-    "Dots3NoteForCausalLMNextN": "dots3_note",
-}
-# families SGLang counts as DSA only from a release on (is_deepseek_dsa's architecture list;
-# engine/sglang/registry.py): under a policy whose every modelled release (upstream.releases) is
-# older, such a model is not DSA
-DSA_SINCE = {DSA_ARCHITECTURES[arch]: since for arch, since in DSA_SINCE_BY_ARCHITECTURE.items()}
-# architectures whose transformers config class has an index_topk default (a config.json that
-# leaves it out still has it once loaded); the others are DSA only with index_topk written
-INDEX_TOPK_DEFAULT = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration"})
-
-# hub names, by family: checked in order, the first match decides
-DSA_NAMES = (
-    ("deepseek_v32", re.compile(r"deepseek[-_ ]?v3[._]2", re.I)),
-    ("glm5_next", re.compile(r"glm[-_ ]?5[._][0-9]+[-_ ]?flash", re.I)),  # GLM-5.3-Flash: Glm5Next
-    ("glm5", re.compile(r"glm[-_ ]?5(?![0-9])", re.I)),
-)
-# model families known not to use DSA (anything else is "cannot tell": the policy default applies)
-NON_DSA_NAMES = re.compile(
-    r"deepseek[-_ ]?(v2|v3(?![._]2)|r1|coder|llm|math|moe|vl)|llama|qwen|mistral|mixtral|gemma|phi|kimi|"
-    r"glm[-_ ]?4|chatglm|gpt|minimax|yi[-_]|baichuan|internlm|olmo|falcon|command|granite", re.I)
+# architectures[0] -> the DSA family name a policy's model_family input may use (None: DSA, no
+# family of its own); the registry's DSA rows
+DSA_ARCHITECTURES = {a.name: a.family for a in registry.ARCHITECTURES.values() if a.model_class == "dsa"}
+# families SGLang counts as DSA only from a release on: under a policy whose every modelled
+# release (upstream.releases) is older, such a model is not DSA
+DSA_SINCE = {DSA_ARCHITECTURES[arch]: since for arch, since in DSA_SINCE_BY_ARCHITECTURE.items()
+             if DSA_ARCHITECTURES[arch]}
+_NAMES = tuple((re.compile(pattern, re.I), cls, family) for pattern, cls, family in registry.NAMES)
+# what each class is called in notes
+SHORT_NAMES = {"dsa": "DSA", "dsv4": "DeepSeek-V4", "minimax_m3": "MiniMax-M3"}
+CLASS_NAMES = {**{cls: f"a {name} model" for cls, name in SHORT_NAMES.items()},
+               "other": "a model HiSparse does not serve"}
 
 
 def _model_name(model_path: str) -> str:
@@ -56,11 +37,17 @@ def _model_name(model_path: str) -> str:
 
 
 class Model:
-    """What a model path says: dsa (True/False/None = cannot tell), family (or None), and how it
-    was decided (for notes)."""
+    """What a model path says: its class (registry.MODEL_CLASSES; None: cannot tell), its family
+    (a model_family value, or None), how it was decided (for notes), and the release from which
+    SGLang serves it as that class (None: every release)."""
 
-    def __init__(self, dsa, family, how: str):
-        self.dsa, self.family, self.how = dsa, family, how
+    def __init__(self, model_class, family, how: str, since: str | None = None):
+        self.model_class, self.family, self.how, self.since = model_class, family, how, since
+
+    @property
+    def dsa(self):
+        """True / False: a DSA model or not; None: cannot tell."""
+        return None if self.model_class is None else self.model_class == "dsa"
 
 
 def identify(model_path: str) -> Model:
@@ -70,11 +57,9 @@ def identify(model_path: str) -> Model:
     if os.path.isdir(model_path) and os.path.lexists(config):
         return _from_config(config)
     name = _model_name(model_path)
-    for family, pattern in DSA_NAMES:
+    for pattern, cls, family in _NAMES:
         if pattern.search(name):
-            return Model(True, family, f"the name {name}")
-    if NON_DSA_NAMES.search(name):
-        return Model(False, None, f"the name {name}")
+            return Model(cls, family, f"the name {name}")
     return Model(None, None, f"the name {name}")
 
 
@@ -97,14 +82,19 @@ def _from_config(path: str) -> Model:
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise bad("'architectures' must be a non-empty list of names")
     arch = archs[0]
+    how = f"{arch} in {path}"
+    known = registry.MODEL_TYPES.get(data.get("model_type")) or registry.ARCHITECTURES.get(arch)
+    if known is None:
+        return Model("other", None, how)
+    if known.model_class != "dsa":
+        return Model(known.model_class, known.family, how, known.since)
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
     topk = data["index_topk"] if "index_topk" in data else text.get("index_topk")
-    if "index_topk" not in data and "index_topk" not in text and arch in INDEX_TOPK_DEFAULT:
+    if "index_topk" not in data and "index_topk" not in text and known.topk_default:
         topk = "default"
-    how = f"{arch} in {path}"
-    if arch in DSA_ARCHITECTURES and topk is not None:
-        return Model(True, DSA_ARCHITECTURES[arch], how)
-    return Model(False, None, how + ("" if arch not in DSA_ARCHITECTURES else " without index_topk"))
+    if topk is None:
+        return Model("other", None, how + " without index_topk")
+    return Model("dsa", known.family, how, known.since)
 
 
 def looks_local(model_path: str) -> bool:
@@ -130,8 +120,9 @@ def model_is_dsa(model_path: str) -> bool | None:
 
 
 def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
-    """(the inputs the model path decides, notes) for the policy's dsa_model and model_family
-    inputs, where it declares them. Raises ConfigError for an unreadable config.json."""
+    """(the inputs the model path decides, notes): a DSA policy's dsa_model, and model_family
+    where the policy declares it and routes the model's class. Raises ConfigError for an
+    unreadable config.json."""
     out: dict = {}
     notes: list[str] = []
     if "dsa_model" not in policy.inputs and "model_family" not in policy.inputs:
@@ -139,11 +130,7 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
     missing = missing_folder_note(model_path)
     if missing:
         notes.append(missing)
-    model = identify(model_path)
-    if model.dsa and model.family in DSA_SINCE and _before(policy, DSA_SINCE[model.family]):
-        notes.append(f"{model_path} ({model.how}) counts as DSA only from SGLang {DSA_SINCE[model.family]} "
-                     f"on; {policy.upstream.label()} does not: not a DSA model")
-        model = Model(False, None, model.how)
+    model = served_as(policy, identify(model_path), model_path, notes)
     if "dsa_model" in policy.inputs:
         if model.dsa is None:
             default = str(policy.inputs["dsa_model"].default).lower()
@@ -152,14 +139,31 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
             return out, notes
         out["dsa_model"] = model.dsa
     spec = policy.inputs.get("model_family")
-    if spec is not None and model.dsa:
+    if spec is None:
+        return out, notes
+    if model.model_class is None:
+        if "dsa_model" not in policy.inputs:
+            notes.append(f"cannot tell which model {model_path} is: the policy default ({spec.default}) applies; "
+                         "pass --model-family to hisparse to say")
+    elif model.model_class in policy.models and model.model_class != "other":
         if model.family is not None and spec.accepts(model.family):
             out["model_family"] = model.family
         else:
             what = f"'{model.family}'" if model.family else "its family"
-            notes.append(f"{model_path} ({model.how}) is a DSA model, but the policy's model_family has no "
-                         f"value for {what}: the policy default ({spec.default}) applies")
+            notes.append(f"{model_path} ({model.how}) is {CLASS_NAMES[model.model_class]}, but the policy's "
+                         f"model_family has no value for {what}: the policy default ({spec.default}) applies")
     return out, notes
+
+
+def served_as(policy, model: Model, model_path: str, notes: list) -> Model:
+    """The model as the releases the policy models see it: an architecture SGLang serves only
+    from a later release is another model to them (a note says so)."""
+    if model.since and _before(policy, model.since):
+        name = SHORT_NAMES.get(model.model_class, model.model_class)
+        notes.append(f"{model_path} ({model.how}) counts as {name} only from SGLang {model.since} on; "
+                     f"{policy.upstream.label()} does not: not a {name} model")
+        return Model("other", None, model.how)
+    return model
 
 
 def _before(policy, release: str) -> bool:
@@ -172,17 +176,18 @@ def _before(policy, release: str) -> bool:
 
 def models_table() -> str:
     """The table of docs/cli.md of how a model path is read (kept current by a test)."""
-    rows = ["| `--model-path` | DSA | model_family |", "|---|---|---|"]
-    for arch, family in DSA_ARCHITECTURES.items():
-        topk = "" if arch in INDEX_TOPK_DEFAULT else " with `index_topk`"
-        since = f" (from SGLang {DSA_SINCE[family]})" if family in DSA_SINCE else ""
-        rows.append(f"| a folder whose `config.json` has `architectures[0]` {arch}{topk} | yes{since} | "
-                    f"{family or 'the policy default'} |")
-    rows.append("| a folder with any other `config.json` | no | - |")
-    for family, pattern in DSA_NAMES:
-        rows.append(f"| a hub name matching `{_cell(pattern.pattern)}` | yes | {family} |")
-    rows.append(f"| a hub name matching `{_cell(NON_DSA_NAMES.pattern)}` | no | - |")
-    rows.append("| anything else | the policy default, with a note | the policy default |")
+    rows = ["| `--model-path` | class | model_family |", "|---|---|---|"]
+    for arch in [*registry.ARCHITECTURES.values(), *registry.MODEL_TYPES.values()]:
+        where = (f"`model_type` {next(t for t, a in registry.MODEL_TYPES.items() if a is arch)}"
+                 if arch in registry.MODEL_TYPES.values() else f"`architectures[0]` {arch.name}")
+        topk = " with `index_topk`" if arch.model_class == "dsa" and not arch.topk_default else ""
+        since = f" (from SGLang {arch.since})" if arch.since else ""
+        rows.append(f"| a folder whose `config.json` has {where}{topk} | {arch.model_class}{since} | "
+                    f"{arch.family or 'the policy default'} |")
+    rows.append("| a folder with any other `config.json` | other | - |")
+    for pattern, cls, family in registry.NAMES:
+        rows.append(f"| a hub name matching `{_cell(pattern)}` | {cls} | {family or '-'} |")
+    rows.append("| anything else | cannot tell: the policy default, with a note | the policy default |")
     return "\n".join(rows)
 
 

@@ -58,9 +58,71 @@ BY_VERSION = {r.version: r for r in RELEASES}
 # the release this project installs and tests first (`make install`; the conform extra's pins)
 OWN = "0.5.23"
 
-# SGLang architectures that count as DSA (is_deepseek_dsa, with index_topk) only from a release on
-DSA_SINCE = {"LongcatFlashForCausalLM": "0.5.16", "LongcatFlashForCausalLMNextN": "0.5.16",
-             "Dots3NoteForCausalLM": "0.5.19", "Dots3NoteForCausalLMNextN": "0.5.19"}
+# -- models --------------------------------------------------------------------------------------
+# The model classes HiSparse serves, each routed by its own policy family (a policy file says
+# which classes it routes: `models:`); "other" is every model SGLang routes through none of them.
+MODEL_CLASSES = ("dsa", "dsv4", "minimax_m3", "other")
+
+
+class Architecture:
+    """A config.json `architectures[0]` SGLang routes by class: the class, the value of a policy's
+    model_family input, and the first release that serves it as that class (None: every release
+    from 0.5.11). DSA architectures are DSA only with `index_topk` set (`is_deepseek_dsa`);
+    `topk_default`: the transformers config class has a default for it."""
+
+    __slots__ = ("name", "model_class", "family", "since", "topk_default")
+
+    def __init__(self, name, model_class, family, since=None, topk_default=False):
+        self.name, self.model_class, self.family, self.since = name, model_class, family, since
+        self.topk_default = topk_default
+
+
+ARCHITECTURES = {a.name: a for a in (
+    # srt/configs/model_config.py is_deepseek_dsa (is_deepseek_nsa before 0.5.13)
+    Architecture("DeepseekV3ForCausalLM", "dsa", "deepseek_v32"),
+    Architecture("DeepseekV3ForCausalLMNextN", "dsa", "deepseek_v32"),
+    Architecture("DeepseekV32ForCausalLM", "dsa", "deepseek_v32", topk_default=True),
+    Architecture("MistralLarge3ForCausalLM", "dsa", None),
+    Architecture("PixtralForConditionalGeneration", "dsa", None),
+    Architecture("GlmMoeDsaForCausalLM", "dsa", "glm5", topk_default=True),  # GLM-5: its own SM12x route
+    Architecture("GlmMoeDsaForCausalLMNextN", "dsa", None, "0.5.16"),  # GLM-5's SM12x route names GlmMoeDsaForCausalLM
+    Architecture("Glm5NextForConditionalGeneration", "dsa", "glm5_next", topk_default=True),  # GLM-5.3-Flash
+    Architecture("Glm5NextForConditionalGenerationNextN", "dsa", None, "0.5.20"),
+    Architecture("LongcatFlashForCausalLM", "dsa", "longcat_flash", "0.5.16"),
+    Architecture("LongcatFlashForCausalLMNextN", "dsa", "longcat_flash", "0.5.16"),
+    Architecture("Dots3NoteForCausalLM", "dsa", "dots3_note", "0.5.19"),
+    Architecture("Dots3NoteForCausalLMNextN", "dsa", "dots3_note", "0.5.19"),
+    Architecture("HYV4ForCausalLM", "dsa", None, "0.5.20"),
+    Architecture("HYV4ForCausalLMNextN", "dsa", None, "0.5.20"),
+    # is_deepseek_v4; V4.1 is told by model_type (MODEL_TYPES)
+    Architecture("DeepseekV4ForCausalLM", "dsv4", "deepseek_v4", "0.5.12"),
+    Architecture("DeepseekV4ForCausalLMNextN", "dsv4", "deepseek_v4", "0.5.12"),
+    Architecture("DeepseekV4ForCausalLMDSpark", "dsv4", "deepseek_v4_dspark", "0.5.16"),
+    # is_minimax_sparse
+    Architecture("MiniMaxM3SparseForCausalLM", "minimax_m3", "minimax_m3", "0.5.14"),
+    Architecture("MiniMaxM3SparseForConditionalGeneration", "minimax_m3", "minimax_m3", "0.5.14"),
+)}
+# config.json model_type values that decide the class and family whatever the architecture
+# (SGLang 0.5.21's configs/deepseek_v41.py renames DeepseekV41ForCausalLM to DeepseekV4ForCausalLM)
+MODEL_TYPES = {"deepseek_v41": Architecture("DeepseekV41ForCausalLM", "dsv4", "deepseek_v41", "0.5.21")}
+
+# hub names (no local folder), matched in order on the last path part: (pattern, class, family);
+# a known name is never guessed wrong, anything else is "cannot tell"
+NAMES = (
+    (r"deepseek[-_ ]?v4[._]1(?![0-9])", "dsv4", "deepseek_v41"),
+    (r"deepseek[-_ ]?v4(?![._]?[0-9])", "dsv4", "deepseek_v4"),
+    (r"minimax[-_ ]?m3(?![0-9])", "minimax_m3", "minimax_m3"),
+    (r"deepseek[-_ ]?v3[._]2", "dsa", "deepseek_v32"),
+    (r"glm[-_ ]?5[._][0-9]+[-_ ]?flash", "dsa", "glm5_next"),  # GLM-5.3-Flash: Glm5Next
+    (r"glm[-_ ]?5(?![0-9])", "dsa", "glm5"),
+    (r"deepseek[-_ ]?(v2|v3(?![._]2)|r1|coder|llm|math|moe|vl)|llama|qwen|mistral|mixtral|gemma|phi|kimi|"
+     r"glm[-_ ]?4|chatglm|gpt|minimax(?![-_ ]?m3)|yi[-_]|baichuan|internlm|olmo|falcon|command|granite",
+     "other", None),
+)
+
+# SGLang architectures that count as DSA only from a release on (the model reader's view of a
+# policy whose every modelled release is older: not DSA)
+DSA_SINCE = {a.name: a.since for a in ARCHITECTURES.values() if a.model_class == "dsa" and a.since}
 
 
 # -- release strings ------------------------------------------------------------------------------
