@@ -96,6 +96,10 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
     `progress(done, total)`, when given, is called every PROGRESS_EVERY configs and at the end."""
     axes = union_axes(a, b)
     fixed = restrict(a, b, axes, where)
+    if a.domain_parts or b.domain_parts:  # a domain of parts: its configs listed
+        from engine.analysis.diff_parts import diff_parts
+
+        return diff_parts(a, b, axes, fixed, max_examples, progress)
     sizes = [len(ax.values) for ax in axes]
     total = domain.size(sizes)
     check_size(total, f"the union domain of {a.ref} and {b.ref}", len(a.rule_meta) + len(b.rule_meta))

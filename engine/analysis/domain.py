@@ -127,6 +127,8 @@ def classes(policy, lint: bool = False, admitting=None):
     walk over classes would cost more than the configs themselves: every config, each its own."""
     from engine.analysis.classes import Classes
 
+    if policy.domain_parts:  # a union of parts: every config, once, each its own class
+        return [tuple(c.values()) for c in policy.domain()], itertools.repeat(1)
     domains = [policy.inputs[n].domain() for n in policy.input_names]
     cubes = Classes(policy, domains, lint, admitting=admitting).cubes(budget=size(len(d) for d in domains))
     if cubes is None:

@@ -271,3 +271,40 @@ def pattern_lines(group: dict, max_patterns: int) -> list[str]:
     if len(group["text"]) > max_patterns:
         lines.append(f"    ... {len(group['text']) - max_patterns} more patterns (--format json lists all)")
     return lines
+
+
+def minimize_known(points: list[tuple], known: set, domains: list[list]) -> list[tuple]:
+    """As minimize, for a set of configs that is not a whole product (a sample, a domain of parts):
+    a cube may also hold configs outside `known`, but no config of `known` that fell in another
+    group. Patterns then say what `known` supports."""
+    inside = set(points)
+    covered: set = set()
+    cubes = []
+    for seed in points:
+        if seed in covered:
+            continue
+        cube = [frozenset((v,)) for v in seed]
+        grown = True
+        while grown:
+            grown = False
+            for i, domain in enumerate(domains):
+                for v in domain:
+                    if v in cube[i]:
+                        continue
+                    slice_ = cube[:i] + [frozenset((v,))] + cube[i + 1:]
+                    if all(p in inside or p not in known for p in _known_in(slice_, known)):
+                        cube[i] = cube[i] | {v}
+                        grown = True
+        covered.update(p for p in inside if all(p[k] in cube[k] for k in range(len(cube))))
+        cubes.append(tuple(cube))
+    return cubes
+
+
+def _known_in(cube, known):
+    """The run configs inside a cube (iterating the smaller of the two)."""
+    n = 1
+    for s in cube:
+        n *= len(s)
+    if n <= len(known):
+        return (p for p in itertools.product(*cube) if p in known)
+    return (p for p in known if all(p[k] in cube[k] for k in range(len(cube))))

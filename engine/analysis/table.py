@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from engine.analysis.domain import PROGRESS_EVERY, check_size
-from engine.analysis.outcomes import cube_terms, minimize
+from engine.analysis.outcomes import cube_terms, minimize, minimize_known
 
 
 def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
@@ -18,9 +18,11 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     fixed = fixed or {}
     axes = [n for n, s in policy.inputs.items() if s.phase is None and n not in fixed]
     domains = [policy.inputs[n].domain() for n in axes]
-    size = 1
-    for d in domains:
-        size *= len(d)
+    combos = _combos(policy, axes, domains, fixed)
+    size = len(combos) if isinstance(combos, list) else 1
+    if not isinstance(combos, list):
+        for d in domains:
+            size *= len(d)
     # each row is evaluated once with the phases unset and once per backend each phase accepts
     tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
     check_size(size * (1 + tries), f"the routing table of {policy.ref}", len(policy.rule_meta))
@@ -35,7 +37,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     slots = [(names.index(spec.input), policy.inputs[spec.input].values) for _, spec in phases]
 
     def configs():
-        for combo in itertools.product(*domains):
+        for combo in (combos if isinstance(combos, list) else itertools.product(*domains)):
             values = list(template)
             for i, v in zip(where, combo):
                 values[i] = v
@@ -52,7 +54,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     flat = itertools.chain.from_iterable(domain.results(policy, configs()))
     # compact results: (rewritten values + backends, log, first violation, leaves_out entry or None)
     offset = len(policy.written)
-    for done, combo in enumerate(itertools.product(*domains), 1):
+    for done, combo in enumerate(combos if isinstance(combos, list) else itertools.product(*domains), 1):
         if progress is not None and not done % (PROGRESS_EVERY // 16):
             progress(done, size)
         got = list(itertools.islice(flat, per_row))
@@ -77,7 +79,9 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     rows = []
     for key in order:
         defaults, rejected, allowed, why = key
-        for cube in minimize(groups[key], domains, disjoint=True):
+        cubes = (minimize_known(groups[key], set(combos), domains) if isinstance(combos, list)
+                 else minimize(groups[key], domains, disjoint=True))
+        for cube in cubes:
             when = {name: values for name, values, op in _terms(cube, axes, domains)}
             rows.append({
                 "when": when,
@@ -89,6 +93,18 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
             })
     return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
             "rows": rows}
+
+
+def _combos(policy, axes, domains, fixed):
+    """The rows' input values: with domain parts, those of the declared domain's configs (with the
+    fixed inputs' values), in domain order, once each; else None (every combination)."""
+    if not policy.domain_parts:
+        return None
+    out: dict = {}
+    for config in policy.domain():
+        if all(config.get(n) == v for n, v in fixed.items()):
+            out.setdefault(tuple(config[n] for n in axes), None)
+    return list(out)
 
 
 def _upstream_json(policy) -> dict | None:

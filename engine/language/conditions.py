@@ -5,9 +5,11 @@ compiled evaluator).
 A condition is a mapping; its entries all hold (AND):
     input: VALUE                 equality
     input: {in: [..]} / {not_in: [..]} / {"==": x} / {"!=": x} / {">=": n} ... / {set: bool}
+    input: {multiple_of: n}      an integer multiple of n (never for an unset value or a zero n)
     any: [cond, ...]   all: [cond, ...]   not: cond
     user_set: {phase: bool, ...}  whether the user set that phase's backend
-Operands of comparisons may be {input: NAME}: the current value of another input.
+Operands of comparisons may be {input: NAME}, the current value of another input, or
+{product: [n | {input: NAME}, ...]}, a product of integers and inputs (unset when a factor is).
 """
 from __future__ import annotations
 
@@ -23,6 +25,35 @@ class InputRef(Frozen):
 
     FIELDS = ("name",)
     __slots__ = FIELDS
+
+
+class Product(Frozen):
+    """An operand: the product of its factors (integers and InputRefs)."""
+
+    FIELDS = ("factors",)
+    __slots__ = FIELDS
+
+    def value(self, env):
+        out = 1
+        for f in self.factors:
+            v = env.get(f.name) if isinstance(f, InputRef) else f
+            if v is None:
+                return None
+            out *= v
+        return out
+
+    def py(self, names) -> str:
+        parts = [names[f.name] if isinstance(f, InputRef) else repr(f) for f in self.factors]
+        refs = [names[f.name] for f in self.factors if isinstance(f, InputRef)]
+        guard = " or ".join(f"{r} is None" for r in refs)
+        product = " * ".join(parts)
+        return f"(None if {guard} else {product})" if guard else f"({product})"
+
+    def words(self) -> str:
+        return " * ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
+
+    def inputs(self) -> set:
+        return {f.name for f in self.factors if isinstance(f, InputRef)}
 
 
 class Cond(Frozen):
@@ -64,7 +95,9 @@ class Test(Cond):
     __slots__ = FIELDS
 
     def _value(self, operand, env):
-        return env.get(operand.name) if isinstance(operand, InputRef) else operand
+        if isinstance(operand, InputRef):
+            return env.get(operand.name)
+        return operand.value(env) if isinstance(operand, Product) else operand
 
     def eval(self, env, user_set):
         value = env.get(self.input)
@@ -82,6 +115,8 @@ class Test(Cond):
             return not _same(value, other)
         if value is None or other is None:  # ordering never holds for an unset value
             return False
+        if op == "multiple_of":
+            return other != 0 and value % other == 0
         return {">=": value >= other, ">": value > other, "<=": value <= other, "<": value < other}[op]
 
     def py(self, names):
@@ -96,12 +131,18 @@ class Test(Cond):
                 return _py_eq(var, members[0], negate=op == "not_in")
             # a tuple literal of constants: CPython folds it and `in` is a short scan
             return f"({var} {neg}in ({', '.join(repr(m) for m in members)},))"
-        if isinstance(self.operand, InputRef):
-            other = names[self.operand.name]
+        if isinstance(self.operand, (InputRef, Product)):
+            other = names[self.operand.name] if isinstance(self.operand, InputRef) else self.operand.py(names)
             if op in ("==", "!="):
                 return f"({var} {_PY_OPS[op]} {other})"
+            if op == "multiple_of":  # the operand evaluated once, in a one-item loop
+                return (f"any({var} is not None and _d is not None and _d != 0 and {var} % _d == 0 "
+                        f"for _d in ({other},))")
             guards = "".join(f"{v} is not None and " for v in (var, other) if ("nonnull", v) not in names)
             return f"({guards}{var} {_PY_OPS[op]} {other})"
+        if op == "multiple_of":
+            guard = "" if ("nonnull", var) in names else f"{var} is not None and "
+            return f"({guard}{self.operand!r} != 0 and {var} % {self.operand!r} == 0)"
         if op in ("==", "!="):
             return _py_eq(var, self.operand, negate=op == "!=")
         guard = "" if ("nonnull", var) in names else f"{var} is not None and "
@@ -114,11 +155,21 @@ class Test(Cond):
         if op in ("in", "not_in"):
             listed = ", ".join(_word(v) for v in sorted(self.operand, key=repr))
             return f"{self.input} {'in' if op == 'in' else 'not in'} [{listed}]"
-        other = f"{self.operand.name}" if isinstance(self.operand, InputRef) else _word(self.operand)
+        if isinstance(self.operand, InputRef):
+            other = self.operand.name
+        elif isinstance(self.operand, Product):
+            other = self.operand.words()
+        else:
+            other = _word(self.operand)
+        if op == "multiple_of":
+            return f"{self.input} is a multiple of {other}"
         return f"{self.input} {op} {other}"
 
     def inputs(self):
-        refs = {self.operand.name} if isinstance(self.operand, InputRef) else set()
+        if isinstance(self.operand, InputRef):
+            refs = {self.operand.name}
+        else:
+            refs = self.operand.inputs() if isinstance(self.operand, Product) else set()
         return {self.input} | refs
 
 

@@ -6,17 +6,17 @@ from engine.values import INT_MAX, INT_MIN
 
 
 class InputSpec(Record):
-    """One config input. type: bool | enum | int; values: enum: the allowed values, int:
-    representative ones, bool: (False, True); flags: command-line spellings, primary first; phase:
-    the phase whose backend it holds (phase inputs are nullable enums over the phase's backends,
-    default unset); deprecated: flag -> log line when used; removed: flag -> note naming the
-    replacement."""
+    """One config input. type: bool | enum | int | str; values: enum: the allowed values, int and
+    str: representative ones, bool: (False, True); flags: command-line spellings, primary first;
+    phase: the phase whose backend it holds (phase inputs are nullable enums over the phase's
+    backends, default unset); deprecated: flag -> log line when used; removed: flag -> note naming
+    the replacement; env: the environment variable it is (None: a server flag)."""
 
     FIELDS = ("name", "type", "values", "default", "nullable", "minimum", "maximum", "description", "flags",
-              "phase", "path", "deprecated", "removed")
+              "phase", "path", "deprecated", "removed", "env")
     __slots__ = FIELDS
     DEFAULTS = {"nullable": False, "minimum": None, "maximum": None, "description": "", "flags": (),
-                "phase": None, "path": (), "deprecated": dict, "removed": dict}
+                "phase": None, "path": (), "deprecated": dict, "removed": dict, "env": None}
 
     def domain(self) -> list:
         """The values used when the whole domain is enumerated."""
@@ -27,6 +27,8 @@ class InputSpec(Record):
             text = "true or false"
         elif self.type == "enum":
             text = "one of " + ", ".join(self.values)
+        elif self.type == "str":
+            text = "a string"
         else:
             bounds = ([f">= {self.minimum}"] if self.minimum is not None else []) + (
                 [f"<= {self.maximum}"] if self.maximum is not None else [])
@@ -40,6 +42,8 @@ class InputSpec(Record):
             return value is True or value is False
         if self.type == "enum":
             return isinstance(value, str) and value in self.values
+        if self.type == "str":
+            return isinstance(value, str)
         if type(value) is not int or not INT_MIN <= value <= INT_MAX:
             return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
         if self.minimum is not None and value < self.minimum:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Test, TrueCond, UserSet, conj
+from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Product, Test, TrueCond, UserSet, conj
 from engine.errors import PolicyError, Problem
 from engine.language.record import Record
 from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
@@ -70,10 +70,10 @@ class Parts(Record):
     applies: input -> where it means something (inputs[].applies)."""
 
     FIELDS = ("family", "version", "description", "source", "upstream", "inputs", "backends", "phases", "tables",
-              "stages", "scope", "applies", "capabilities", "models")
+              "stages", "scope", "applies", "capabilities", "models", "domain_parts")
     __slots__ = FIELDS
     DEFAULTS = {"upstream": None, "inputs": dict, "backends": dict, "phases": dict, "tables": dict, "stages": dict,
-                "scope": list, "applies": dict, "capabilities": dict, "models": ("dsa", "other")}
+                "scope": list, "applies": dict, "capabilities": dict, "models": ("dsa", "other"), "domain_parts": ()}
 
 
 class Builder:
@@ -119,6 +119,8 @@ class Builder:
         for stage in STAGES:
             p.stages[stage] = self._stage(stage, d[stage], seen)
         self._scope_conditions(d)
+        if "domain" in d:
+            self._domain(d["domain"]["parts"])
         for name, raw in (d.get("capabilities") or {}).items():
             self._capability(name, raw, ("capabilities", name))
         return p
@@ -132,6 +134,31 @@ class Builder:
         for name, spec in d["inputs"].items():
             if "applies" in spec:
                 self.parts.applies[name] = self.cond(spec["applies"], ("inputs", name, "applies"))
+
+    def _domain(self, raw: list):
+        """domain.parts: (name, {input: values}) each, values in the input's domain order ('all':
+        its whole domain); every input is checked, every value is one its input takes."""
+        parts = []
+        names = set()
+        for i, part in enumerate(raw):
+            path = ("domain", "parts", i)
+            if part["name"] in names:
+                self.problem("E307", f"domain part '{part['name']}' is named twice", path + ("name",))
+            names.add(part["name"])
+            chosen = {}
+            for name, values in part["inputs"].items():
+                spec = self.parts.inputs.get(name)
+                if spec is None:
+                    self.problem("E301", f"unknown input '{name}'", path + ("inputs", name), key=True,
+                                 hint=did_you_mean(name, self.parts.inputs))
+                    continue
+                if values == "all":
+                    chosen[name] = tuple(spec.domain())
+                    continue
+                ok = [v for j, v in enumerate(values) if self._value(spec, v, path + ("inputs", name, j))]
+                chosen[name] = tuple(dict.fromkeys(ok))
+            parts.append((part["name"], chosen))
+        self.parts.domain_parts = tuple(parts)
 
     def _capability(self, backend: str, raw: dict, path: tuple):
         if backend not in self.parts.backends:
@@ -178,8 +205,8 @@ class Builder:
             inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
                             tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
-                            self._deprecated(spec, path), dict(spec.get("removed_flags") or {}))
-            if kind == "int":
+                            self._deprecated(spec, path), dict(spec.get("removed_flags") or {}), spec.get("env"))
+            if kind in ("int", "str"):
                 for i, v in enumerate(values):
                     if not inp.accepts(v):
                         self.problem("E302", f"representative value {v} of '{name}' is outside "
@@ -356,22 +383,39 @@ class Builder:
                                  f"{{set: {str(operand).lower()}}} is constant", opath, key=True)
                 tests.append(Test(name, "set", operand, opath))
             else:
-                if op in (">=", ">", "<=", "<") and spec.type != "int":
+                if op in (">=", ">", "<=", "<", "multiple_of") and spec.type != "int":
                     self.problem("E308", f"'{op}' compares numbers but '{name}' is {spec.type}", opath, key=True)
-                if isinstance(operand, dict):
-                    ref = operand["input"]
-                    other = scope.get(ref)
-                    if other is None:
-                        self.problem("E301", f"unknown input '{ref}'", opath + ("input",),
-                                     hint=did_you_mean(ref, scope))
-                    elif other.type != spec.type:
-                        self.problem("E308", f"'{name}' ({spec.type}) compared with '{ref}' ({other.type})",
-                                     opath + ("input",))
-                    operand = InputRef(ref)
+                if isinstance(operand, dict) and "product" in operand:
+                    operand = Product(tuple(self._factor(f, scope, opath + ("product", i))
+                                            for i, f in enumerate(operand["product"])))
+                elif isinstance(operand, dict):
+                    operand = self._ref(operand["input"], spec, name, scope, opath + ("input",))
+                elif op == "multiple_of":
+                    if type(operand) is not int:
+                        self.problem("E308", f"multiple_of takes an integer, got {typed(operand)}", opath)
                 else:
                     self._value(spec, operand, opath)
                 tests.append(Test(name, op, operand, opath))
         return tests
+
+    def _ref(self, ref: str, spec, name: str, scope: dict, path: tuple) -> InputRef:
+        other = scope.get(ref)
+        if other is None:
+            self.problem("E301", f"unknown input '{ref}'", path, hint=did_you_mean(ref, scope))
+        elif spec is not None and other.type != spec.type:
+            self.problem("E308", f"'{name}' ({spec.type}) compared with '{ref}' ({other.type})", path)
+        return InputRef(ref)
+
+    def _factor(self, factor, scope: dict, path: tuple):
+        """A factor of a product: an integer, or an int input's current value."""
+        if isinstance(factor, dict):
+            ref = self._ref(factor["input"], None, "", scope, path + ("input",))
+            other = scope.get(factor["input"])
+            if other is not None and other.type != "int":
+                self.problem("E308", f"a product multiplies integers, but '{factor['input']}' is {other.type}",
+                             path + ("input",))
+            return ref
+        return factor
 
     def _value(self, spec: InputSpec, value, path) -> bool:
         if spec.accepts(value):
@@ -503,6 +547,8 @@ def _typed_key(text: str, spec: InputSpec):
         return text if text in spec.values else _BAD
     if spec.type == "bool":
         return {"true": True, "false": False}.get(text, _BAD)
+    if spec.type == "str":
+        return text
     if not _CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
         return _BAD
     value = int(text)

@@ -180,6 +180,8 @@ class Policy:
             if not INT_MIN <= value <= INT_MAX:
                 return Problem("C502", f"{key}: {text} is outside the domain: integers are 64-bit", file)
             return Problem("C502", f"{key}: {value} is outside the domain: {spec.describe_domain()}", file)
+        if spec.type == "str":
+            return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}", file)
         note = ""
         if spec.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             note = " (strings are not booleans: write true or false without quotes)"
@@ -188,19 +190,42 @@ class Policy:
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
     # -- the declared domain -----------------------------------------------------------------
+    def domain_cubes(self, inputs: Mapping | None = None) -> list[list[list]]:
+        """The declared domain as products: per part of `domain.parts`, the values of each input
+        in input order (an input the part does not name: its default); without parts, one product
+        of every input's values (int and str inputs: their representative values). `inputs` maps
+        name -> values that replace an input's values in every part."""
+        inputs = inputs or {}
+        if not self.domain_parts:
+            return [[list(inputs.get(n, self.inputs[n].domain())) for n in self.input_names]]
+        return [[list(inputs.get(n, chosen.get(n, (self.inputs[n].default,)))) for n in self.input_names]
+                for _, chosen in self.domain_parts]
+
     def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
-        """Every config of the declared domain (int inputs take their representative values),
-        as complete canonical dicts. `inputs` maps name -> values to override."""
+        """Every config of the declared domain, once each, as complete canonical dicts (the parts
+        in order; a config of two parts comes with the first). `inputs` as for domain_cubes."""
         names = self.input_names
-        values = [list((inputs or {}).get(n, self.inputs[n].domain())) for n in names]
-        for combo in itertools.product(*values):
-            yield dict(zip(names, combo))
+        cubes = self.domain_cubes(inputs)
+        earlier: list = []
+        for cube in cubes:
+            for combo in itertools.product(*cube):
+                if not any(all(_key(v) in vals for v, vals in zip(combo, seen)) for seen in earlier):
+                    yield dict(zip(names, combo))
+            earlier.append([frozenset(_key(v) for v in vals) for vals in cube])
 
     def domain_size(self) -> int:
-        return math.prod(len(spec.domain()) for spec in self.inputs.values())
+        cubes = self.domain_cubes()
+        if len(cubes) == 1:
+            return math.prod(len(v) for v in cubes[0])
+        return sum(1 for _ in self.domain())
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _key(value):
+    """A value as a set member that tells True from 1 (a config's values are compared by type too)."""
+    return (type(value), value)
 
 
 def _exact(value):

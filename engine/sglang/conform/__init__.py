@@ -39,12 +39,7 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
         driver = driver_for(version)
     except UnknownVersion as exc:
         raise SGLangUnavailable(str(exc)) from None
-    axes = _sample.axes(policy, where)
-    total = _sample.size(axes)
-    if sample is not None and sample < total:
-        configs = _sample.stratified(axes, sample, seed)
-    else:
-        configs = list(_sample.whole(axes))
+    configs, total = _sample.configs_of(policy, where, sample, seed)
     cases = [case_of(policy, c) for c in configs]
     start = time.perf_counter()
     if workers is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 
-from engine.analysis.outcomes import cube_json, cube_text, factor, minimize
+from engine.analysis.outcomes import cube_json, cube_text, factor, minimize, minimize_known
 from engine.values import show
 
 FIELDS = ("acceptance", "message", "exception", "kv_cache_dtype", "backends", "log")
@@ -126,42 +126,6 @@ def _example(names, combo, case, ours, theirs) -> dict:
             "policy": side(ours), "sglang": side(theirs)}
 
 
-def minimize_known(points: list[tuple], known: set, domains: list[list]) -> list[tuple]:
-    """As compare.minimize, for a sample: a cube may also hold configs that were not run, but no
-    config that was run and fell in another group. Patterns then say what the sample supports."""
-    inside = set(points)
-    covered: set = set()
-    cubes = []
-    for seed in points:
-        if seed in covered:
-            continue
-        cube = [frozenset((v,)) for v in seed]
-        grown = True
-        while grown:
-            grown = False
-            for i, domain in enumerate(domains):
-                for v in domain:
-                    if v in cube[i]:
-                        continue
-                    slice_ = cube[:i] + [frozenset((v,))] + cube[i + 1:]
-                    if all(p in inside or p not in known for p in _known_in(slice_, known)):
-                        cube[i] = cube[i] | {v}
-                        grown = True
-        covered.update(p for p in inside if all(p[k] in cube[k] for k in range(len(cube))))
-        cubes.append(tuple(cube))
-    return cubes
-
-
-def _known_in(cube, known):
-    """The run configs inside a cube (iterating the smaller of the two)."""
-    n = 1
-    for s in cube:
-        n *= len(s)
-    if n <= len(known):
-        return (p for p in itertools.product(*cube) if p in known)
-    return (p for p in known if all(p[k] in cube[k] for k in range(len(cube))))
-
-
 def compare(policy, configs: list[dict], cases: list, results: list, sampled: bool) -> dict:
     """The JSON form of the comparison (a contract): counts, groups, examples."""
     names = list(policy.input_names)
@@ -194,7 +158,7 @@ def compare(policy, configs: list[dict], cases: list, results: list, sampled: bo
             entry["example"] = _example(names, combo, case, ours, theirs)
     groups, out_of_scope = [], []
     for key, entry in sorted(grouped.items(), key=lambda kv: -len(kv[1]["points"])):
-        cubes = (minimize_known(entry["points"], known, domains) if sampled
+        cubes = (minimize_known(entry["points"], known, domains) if sampled or policy.domain_parts
                  else minimize(entry["points"], domains))
         common, rests = factor(cubes, domains)
         many = len(cubes) > 1

@@ -8,6 +8,46 @@ from __future__ import annotations
 import random
 
 
+def configs_of(policy, fixed: dict | None = None, n: int | None = None, seed: int = 0) -> tuple[list, int]:
+    """(configs to run, the size of the domain they come from): the declared domain (narrowed by
+    `fixed`), or a stratified sample of `n` of it. A domain of parts (domain.parts) is listed; a
+    product is addressed by index, never listed whole for a sample."""
+    if policy.domain_parts:
+        fixed = fixed or {}
+        listed = [c for c in policy.domain(fixed and {k: [v] for k, v in fixed.items()})]
+        if n is not None and n < len(listed):
+            return stratified_list(listed, n, seed), len(listed)
+        return listed, len(listed)
+    ax = axes(policy, fixed)
+    total = size(ax)
+    if n is not None and n < total:
+        return stratified(ax, n, seed), total
+    return list(whole(ax)), total
+
+
+def stratified_list(configs: list[dict], n: int, seed: int) -> list[dict]:
+    """`n` of `configs`, every value of every input among them where `n` allows (greedily: the
+    config holding the most values not yet held, the first such), the rest drawn at random; in
+    their order."""
+    rng = random.Random(seed)
+    held = [{(k, type(v), v) for k, v in config.items()} for config in configs]
+    chosen: set[int] = set()
+    seen: set = set()
+    while len(chosen) < n:
+        best, gain = None, 0
+        for i, values in enumerate(held):
+            new = len(values - seen)
+            if new > gain:
+                best, gain = i, new
+        if best is None:
+            break
+        chosen.add(best)
+        seen |= held[best]
+    rest = [i for i in range(len(configs)) if i not in chosen]
+    chosen.update(rng.sample(rest, n - len(chosen)))
+    return [configs[i] for i in sorted(chosen)]
+
+
 def axes(policy, fixed: dict | None = None) -> list[tuple[str, list]]:
     """(input, values) per input, in declaration order; `fixed` narrows inputs to one value."""
     fixed = fixed or {}

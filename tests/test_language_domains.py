@@ -1,0 +1,139 @@
+"""What the model families of DeepSeek-V4 and MiniMax-M3 need of the language, on a small policy
+written here: `str` inputs (any string; representative values), inputs that are environment
+variables (`env:`), `multiple_of` tests, `{product: [...]}` operands, and a declared domain made of
+parts (`domain.parts`). For each: what it means (the bulk evaluator agrees with evaluate on the
+whole declared domain and beyond it), the errors a file gets, and what check, diff, table and the
+conform sample make of a domain of parts."""
+import json
+
+import pytest
+
+import engine
+from engine.sglang.conform import sample
+from tests.helpers import assert_bulk_equals_evaluate, bulk_decisions, load_text, run_cli
+
+TEXT = """
+policy: ext
+version: 1
+description: Extensions for the V4 and M3 families.
+inputs:
+  algo: {type: str, values: [EAGLE, DSPARK], default: null, nullable: true}
+  layout: {type: str, values: [v4, v41], default: null, nullable: true, env: SGLANG_DSV4_KV_LAYOUT}
+  tp: {type: int, values: [1, 8], default: 1, minimum: 1}
+  dp: {type: int, values: [1, 8], default: 1, minimum: 1}
+  chunk: {type: int, values: [8192, 1000], default: 8192}
+  page: {type: int, values: [256, 64], default: 256, minimum: 1}
+domain:
+  parts:
+    - name: parallel
+      inputs: {tp: all, dp: all}
+    - name: speculative
+      inputs: {algo: all, tp: [1]}
+    - name: pages
+      inputs: {chunk: all, page: all, layout: [v41]}
+backends: {a: A, b: B}
+phases:
+  attn: {input: attn_backend}
+resolve:
+  rules:
+    - name: algo
+      when: {algo: {set: true}}
+      require: {algo: {in: [EAGLE, DSPARK]}}
+      message: "Only EAGLE and DSPARK are supported, got {algo}"
+defaults:
+  rules:
+    - name: tensor-parallel
+      when: {tp: {">=": {product: [2, {input: dp}]}}}
+      set: {attn: a}
+      log: "attention TP above 1 with layout {layout}: {attn}"
+    - name: other
+      set: {attn: b}
+checks:
+  rules:
+    - name: chunk
+      require: {chunk: {multiple_of: {input: page}}}
+      message: chunked_prefill_size must be divisible by page_size
+"""
+
+
+@pytest.fixture
+def policy(tmp_path):
+    return load_text(tmp_path, TEXT)
+
+
+def test_a_str_input_takes_any_string_and_an_env_input_is_named(policy):
+    spec = policy.inputs["algo"]
+    assert spec.accepts("NEXTN") and spec.accepts("eagle") and not spec.accepts(3) and spec.accepts(None)
+    assert spec.domain() == ["EAGLE", "DSPARK", None]
+    assert policy.inputs["layout"].env == "SGLANG_DSV4_KV_LAYOUT" and policy.inputs["algo"].env is None
+    d = policy.evaluate({"algo": "NEXTN"})
+    assert not d.ok and d.error == "Only EAGLE and DSPARK are supported, got NEXTN"
+    with pytest.raises(engine.ConfigError, match="algo: expected a string"):
+        policy.evaluate({"algo": 7})
+
+
+@pytest.mark.parametrize("tp, dp, attn", [(1, 1, "b"), (2, 1, "a"), (8, 8, "b"), (16, 8, "a"), (15, 8, "b"),
+                                          (8, 4, "a"), (7, 4, "b")])
+def test_a_product_operand_compares_with_a_product_of_inputs(policy, tp, dp, attn):
+    assert policy.evaluate({"tp": tp, "dp": dp}).backends == {"attn": attn}
+
+
+@pytest.mark.parametrize("chunk, page, ok", [(8192, 256, True), (1000, 256, False), (768, 256, True),
+                                             (1000, 8, True), (-256, 256, True), (0, 256, True)])
+def test_multiple_of_is_an_integer_multiple(policy, chunk, page, ok):
+    assert policy.evaluate({"chunk": chunk, "page": page}).ok is ok
+
+
+def test_the_declared_domain_is_the_union_of_its_parts_once_each(policy):
+    configs = list(policy.domain())
+    keys = [tuple(sorted(c.items(), key=lambda kv: kv[0])) for c in configs]
+    # 4 (tp x dp) + 2 (the algos but None, whose config the first part holds) + 4 (chunk x page, layout v41)
+    assert len(keys) == len(set(keys)) == policy.domain_size() == 10
+    assert {c["tp"] for c in configs} == {1, 8} and {c["algo"] for c in configs} == {None, "EAGLE", "DSPARK"}
+    assert all(c["layout"] is None or (c["layout"] == "v41" and c["tp"] == 1) for c in configs)
+    # the bulk evaluator decides as evaluate on the declared domain and off it (values no part names)
+    assert_bulk_equals_evaluate(policy)
+    off = [dict(configs[0], tp=tp, dp=dp, algo=algo, chunk=chunk) for tp, dp, algo, chunk in
+           [(16, 8, "NEXTN", 1000), (3, 1, None, 512), (24, 4, "DSPARK", 8192)]]
+    assert_bulk_equals_evaluate(policy, off)
+    assert [b.backends["attn"] for b in bulk_decisions(policy, off)] == [None, "a", "a"]  # NEXTN: refused first
+
+
+def test_a_domain_of_parts_is_checked_by_name_and_value(tmp_path):
+    bad = TEXT.replace("inputs: {tp: all, dp: all}", "inputs: {tp: all, dpp: all}").replace(
+        "layout: [v41]", "layout: [v41, 5]")
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, bad)
+    text = "\n".join(str(p) for p in exc.value.problems)
+    assert "E301: unknown input 'dpp'" in text and "did you mean 'dp'" in text
+    assert "E308: an integer 5 does not fit 'layout', which is a string" in text
+
+
+def test_check_diff_and_table_read_a_domain_of_parts(tmp_path, policy, capsys):
+    folder = tmp_path / "two" / "ext"
+    folder.mkdir(parents=True)
+    (folder / "v1.yaml").write_text(TEXT, encoding="utf-8")
+    (folder / "v2.yaml").write_text(TEXT.replace("version: 1", "version: 2").replace(
+        "set: {attn: a}", "set: {attn: b}").replace("tp: [1]", "tp: [1, 8]"), encoding="utf-8")
+    code, out, err = run_cli(capsys, "diff", str(folder / "v1.yaml"), str(folder / "v2.yaml"), "--format", "json")
+    report = json.loads(out)
+    assert code == 1 and report["total"] == policy.domain_size() + 2  # v2's part adds tp 8 with each algo
+    (group,) = report["groups"]
+    assert group["class"] == "backend_changed" and group["count"] == 3  # tp 8, dp 1 in both parts
+    assert group["example"]["config"]["tp"] == 8 and group["example"]["config"]["dp"] == 1
+    code, out, _ = run_cli(capsys, "table", "--policy", str(folder / "v1.yaml"), "--format", "json")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and any(r["rejected"] == "chunked_prefill_size must be divisible by page_size" for r in rows)
+    assert sum(1 for r in rows if r["defaults"] == {"attn": "a"}) >= 1
+
+
+def test_the_conform_sample_of_a_domain_of_parts_holds_every_value(policy):
+    every, total = sample.configs_of(policy)
+    assert total == len(every) == policy.domain_size()
+    few, total = sample.configs_of(policy, n=6, seed=1)
+    assert total == policy.domain_size() and len(few) == 6 and all(c in every for c in few)
+    for name in ("tp", "algo", "chunk", "layout"):
+        assert {c[name] for c in few} == {c[name] for c in every}, name
+    assert sample.configs_of(policy, n=6, seed=1)[0] == few
+    narrowed, total = sample.configs_of(policy, {"tp": 8})
+    assert narrowed and all(c["tp"] == 8 for c in narrowed) and total == len(narrowed)
