@@ -36,10 +36,7 @@ def cmd_launch(argv) -> int:
         raise UsageError("hisparse launch: no command: give the SGLang launch command after --, e.g. "
                          "hisparse launch -- python -m sglang.launch_server --model-path MODEL")
     g = combined(policy, layers_from_args(policy, ns, None, command))
-    if ns.record:
-        from engine.files.streams import check_record_target
-
-        check_record_target(ns.record)
+    _check_records(ns.record)
     decision = policy.evaluate(g.config)
     if not decision.ok:
         from engine.cli.decision_text import decision_text
@@ -67,6 +64,20 @@ def cmd_launch(argv) -> int:
         print(f"hisparse launch: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return ERROR
     return ERROR  # pragma: no cover - exec does not return
+
+
+def _check_records(option: str | None) -> None:
+    """The record file, from --record or else HISPARSE_RECORD (which SGLang's plugin would find only
+    at its first decision), refused before SGLang starts when it cannot be appended to."""
+    from engine.files.streams import check_record_target
+
+    path = option if option is not None else os.environ.get("HISPARSE_RECORD")
+    if path is None:
+        return
+    if not path.strip():
+        raise UsageError("hisparse launch: " + ("--record" if option is not None else "HISPARSE_RECORD") +
+                         " is empty: it must name a file (leave it out for no records)")
+    check_record_target(path)
 
 
 def _ref_for_plugin(policy, given: str | None) -> str:
