@@ -35,6 +35,9 @@ def cmd_launch(argv) -> int:
     if not command:
         raise UsageError("hisparse launch: no command: give the SGLang launch command after --, e.g. "
                          "hisparse launch -- python -m sglang.launch_server --model-path MODEL")
+    from engine.sglang.launch import command_words
+
+    command = command_words(command)  # one quoted string: the words judged are the words run
     g = combined(policy, layers_from_args(policy, ns, None, command))
     _check_records(ns.record)
     decision = policy.evaluate(g.config)
