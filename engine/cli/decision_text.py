@@ -38,6 +38,10 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
             line, stage = rules[src]
             why = f"{stage} rule {src} ({one_line(p.file)}:{line})"
         lines.append(f"  {ph + ':':<{width}} {show(backend):<{column}} {why}")
+    from engine.capability import incapable
+
+    for route in incapable(d):
+        lines.append(f"  incapable: {one_line(route.text())}")
     given = p.complete(p.normalize(d.input))
     for name, value in d.config.items():
         if p.inputs[name].phase is None and given[name] != value:
