@@ -75,7 +75,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     if progress is not None:
         progress(size, size)
     rows = []
-    for key in order:
+    for key in sorted(order, key=lambda k: k[3] is not None):  # the rows the version models first
         defaults, rejected, allowed, why = key
         for cube in minimize(groups[key], domains, disjoint=True):
             when = {name: values for name, values, op in _terms(cube, axes, domains)}
