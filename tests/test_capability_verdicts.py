@@ -81,3 +81,15 @@ def test_launch_refuses_an_incapable_route_unless_allowed(tmp_path):
     assert "SGLang was not started" in proc.stderr and "--allow-incapable" in proc.stderr
     proc = run_process("launch", "--allow-incapable", "--", *command)
     assert proc.returncode == 0 and proc.stdout.startswith("started --model-path"), proc.stderr
+
+
+def test_a_record_of_an_incapable_route_replays(tmp_path, capsys):
+    record = str(tmp_path / "r.jsonl")
+    flags = ["--kv-cache-dtype", "bfloat16", "--sm-major", "10", "--dsa-decode-backend", "fa3"]
+    assert run_cli(capsys, "evaluate", "--record", record, *flags)[0] == 0
+    assert json.loads(open(record, encoding="utf-8").read())["decision"]["incapable"][0]["backend"] == "fa3"
+    code, out, err = run_cli(capsys, "replay", record)
+    assert code == 0 and "1 recorded decisions stay the same" in out, out + err
+    (tmp_path / "bad.jsonl").write_text(open(record, encoding="utf-8").read().replace('"incapable":[{', '"incapable":[1,{'))
+    code, out, err = run_cli(capsys, "replay", str(tmp_path / "bad.jsonl"))
+    assert code == 2 and "decision.incapable: expected a list of objects" in out + err

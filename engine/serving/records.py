@@ -189,8 +189,12 @@ def record_problem(rec) -> str | None:
     na = d.get("not_applicable", [])
     if not isinstance(na, list) or not all(isinstance(x, str) for x in na):
         return "decision.not_applicable: expected a list of input names"
+    incapable = d.get("incapable", [])
+    if not isinstance(incapable, list) or not all(isinstance(x, dict) for x in incapable):
+        return "decision.incapable: expected a list of objects"
     for key, value in d.items():
-        if key not in ("backends", "log", "violations", "sources", "policy", "out_of_scope", "not_applicable") \
+        if key not in ("backends", "log", "violations", "sources", "policy", "out_of_scope", "not_applicable",
+                       "incapable") \
                 and not isinstance(value, _SCALARS):
             return f"decision.{clip(key)}: expected a string, number, boolean or null, got {kind(value)}"
     if "policy" in rec and not isinstance(rec["policy"], (dict, type(None))):
