@@ -1,4 +1,4 @@
-"""Capability verdicts on every decision (engine/capability.py): a decision that routes a phase to
+"""Capability verdicts on every decision (engine/analysis/capability.py): a decision that routes a phase to
 a backend whose declared capabilities exclude the config says so, in its text, its JSON and (for
 the SGLang plugin's log) as warning lines; `hisparse launch` refuses such a launch unless
 --allow-incapable. The README's worked edit once made such a route the default."""
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import engine
-from engine.capability import incapable, warning_lines
+from engine.analysis.capability import decision_json, incapable, warning_lines
 from tests.helpers import run_cli, run_process
 
 POLICY = engine.load_policy("dsa-backends@10")
@@ -17,7 +17,7 @@ FP8 = {"enable_hisparse": True, "disable_radix_cache": True, "kv_cache_dtype": "
 
 def test_a_capable_route_has_no_verdict():
     d = POLICY.evaluate(FP8)
-    assert d.ok and incapable(d) == [] and d.to_dict()["incapable"] == [] and warning_lines(d) == []
+    assert d.ok and incapable(d) == [] and decision_json(d)["incapable"] == [] and warning_lines(d) == []
 
 
 def test_a_users_incapable_backend_is_named_with_where_it_runs():
@@ -29,7 +29,7 @@ def test_a_users_incapable_backend_is_named_with_where_it_runs():
     line = POLICY.doc.pos(("capabilities", "flashinfer_sparse_mla"), key=True)[0]
     assert route.capability == f"{POLICY.file}:{line}"
     assert route.gap and "admits flashinfer_sparse_mla" in route.gap  # the version's stated known gap
-    assert d.to_dict()["incapable"] == [route.to_dict()]
+    assert decision_json(d)["incapable"] == [route.to_dict()]
     [warning] = warning_lines(d)
     assert warning.startswith("hisparse-router: policy dsa-backends@10 routes the decode phase to "
                               "flashinfer_sparse_mla, which cannot run this config")
@@ -49,7 +49,7 @@ def test_an_edited_default_that_cannot_run_is_named_with_its_rule(tmp_path):
 
 def test_a_refused_decision_routes_nothing():
     d = POLICY.evaluate({"enable_hisparse": True, "kv_cache_dtype": "bfloat16", "dsa_decode_backend": "flashmla_kv"})
-    assert not d.ok and incapable(d) == [] and d.to_dict()["incapable"] == []
+    assert not d.ok and incapable(d) == [] and decision_json(d)["incapable"] == []
 
 
 @pytest.mark.parametrize("command", ["evaluate", "explain"])

@@ -6,6 +6,7 @@ import threading
 import pytest
 
 import engine
+from engine.analysis.capability import decision_json
 from engine.analysis.diff import diff
 from engine.serving.records import append_records, replay
 from tests.helpers import NSA_ALIASES, run_cli
@@ -31,7 +32,7 @@ def _check_file(path, expected):
         rec = json.loads(line)  # a mangled or interleaved line would not parse
         assert set(rec) == {"time", "policy", "input", "decision"}
         assert rec["time"].endswith("Z") and rec["policy"]["version"] == 2
-        again = engine.evaluate("dsa-backends@2", rec["input"]).to_dict()
+        again = decision_json(engine.evaluate("dsa-backends@2", rec["input"]))
         assert again == rec["decision"]
 
 

@@ -58,7 +58,9 @@ def cmd_evaluate(argv) -> int:
 
         append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
-        emit_json(decision.to_dict())
+        from engine.analysis.capability import decision_json
+
+        emit_json(decision_json(decision))
     else:
         from engine.cli.decision_text import decision_text
 

@@ -78,7 +78,7 @@ def _refusal(decision, allow_incapable: bool) -> str:
     backend whose declared capabilities exclude the config (unless --allow-incapable)."""
     if not decision.ok:
         return "the policy refuses this launch"
-    from engine.capability import incapable
+    from engine.analysis.capability import incapable
 
     routes = incapable(decision)
     if not routes or allow_incapable:

@@ -136,9 +136,6 @@ class Decision:
             for alias in self._policy.phase_key_aliases.get(ph, ()):
                 out.setdefault(alias, self.backends[ph])
         out["backends"] = self.backends
-        from engine.capability import incapable  # routes the backends' capabilities exclude
-
-        out["incapable"] = [i.to_dict() for i in incapable(self)]
         out["violations"] = [v.to_dict() for v in self.violations]
         out["log"] = list(self._log)
         out["sources"] = self.sources

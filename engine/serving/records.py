@@ -31,12 +31,14 @@ def record_line(decision, given=None) -> bytes:
     """One record. `given`: what the user gave (engine.sglang.given.Given.given), keys as spelled, so
     that a replay against a version with other names reads it as that version would; default:
     the config the decision was asked for."""
+    from engine.analysis.capability import decision_json
+
     policy = decision.policy
     rec = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "policy": policy.identity(),
         "input": dict(decision.input if given is None else given),
-        "decision": decision.to_dict(),
+        "decision": decision_json(decision),
     }
     return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 

@@ -2,7 +2,8 @@
 declared capabilities (the policy's `capabilities`) do not cover that phase and config. `hisparse
 check` refuses such routes over the whole domain (L407) where a default or an allow-list makes
 them; a decision says so for its own config, whoever chose the backend (a user's flag, or an
-edited default), in its text, its JSON ("incapable") and, inside SGLang, a WARNING line.
+edited default), in its text, its JSON ("incapable", decision_json) and, for a log (the SGLang
+plugin's), warning_lines.
 
 Computed on demand from the decision, never while evaluating: a warm decision costs what it did."""
 from __future__ import annotations
@@ -50,6 +51,17 @@ def incapable(decision) -> list[Incapable]:
         gap = cap.gap(phase, env, user_set)
         out.append(Incapable(phase, backend, sources[phase], cap.words(phase), _where(policy, cap),
                              gap.text if gap is not None else None))
+    return out
+
+
+def decision_json(decision) -> dict:
+    """The decision's JSON form (Decision.to_dict) with its capability verdicts, "incapable",
+    after its backends: what every command and record writes."""
+    out = {}
+    for key, value in decision.to_dict().items():
+        out[key] = value
+        if key == "backends":
+            out["incapable"] = [i.to_dict() for i in incapable(decision)]
     return out
 
 
