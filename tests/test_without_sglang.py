@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -34,13 +36,25 @@ def test_the_whole_suite_collects_without_sglang():
     assert proc.returncode == 0 and re.fullmatch(r"\d+ tests collected in .*", _summary(out)), out[-3000:]
 
 
-def test_the_tests_that_need_sglang_skip_without_it():
-    """Every file that asks tests/sglang_release.py for SGLang (at import or per test) runs: what
-    needs SGLang skips naming why, the rest passes."""
-    files = [os.path.relpath(p, ROOT) for p in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py")))
-             if re.search(r"^(from|import) tests\.sglang_release\b", open(p, encoding="utf-8").read(), re.M)
-             and not p.endswith("test_sglang_plugin_releases.py")]  # a release environment's own run
-    assert len(files) >= 10
+def _asking(at_import: bool) -> list[str]:
+    """The test files that ask tests/sglang_release.py for SGLang (at_import: at module level)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
+        text = open(path, encoding="utf-8").read()
+        if not re.search(r"^(from|import) tests\.sglang_release\b", text, re.M) \
+                or path.endswith("test_sglang_plugin_releases.py"):  # a release environment's own run
+            continue
+        if not at_import or re.search(r"^(\w+ = )?require\(", text, re.M):
+            out.append(os.path.relpath(path, ROOT))
+    return out
+
+
+@pytest.mark.parametrize("at_import", [True, pytest.param(False, marks=pytest.mark.whole)])
+def test_the_tests_that_need_sglang_skip_without_it(at_import):
+    """The files that ask for SGLang at import (make test), or every file that asks for it at all
+    (make test-whole), run: what needs SGLang skips naming why, the rest passes."""
+    files = _asking(at_import) + (["tests/test_sglang_release.py"] if at_import else [])
+    assert len(files) >= 5
     proc = _pytest("-q", "-rs", *files)
     out = proc.stdout + proc.stderr
     summary = _summary(out)
