@@ -17,7 +17,7 @@ TORCH  ?= torch==2.13.0
 SGLANG ?= sglang==0.5.23
 CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['conform']))"
 
-.PHONY: install run test bench bench-quick check clean conform-env conform-releases
+.PHONY: install run test test-whole bench bench-quick check clean conform-env conform-releases
 
 # everything: what `run` and `test` need
 install: $(TEST_STAMP)
@@ -45,6 +45,12 @@ run: $(RUN_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
+
+# the checks `make test` runs on samples and smaller domains, whole: every shipped version's whole
+# domain through the bulk evaluator, diff and lint, conform's larger sample, the whole suite without
+# SGLang (tests marked `whole`; CI runs it)
+test-whole: $(TEST_STAMP)
+	HISPARSE_WHOLE=1 $(BIN)/python -m pytest -q -m whole
 
 check: $(RUN_STAMP)
 	$(BIN)/hisparse check policies/

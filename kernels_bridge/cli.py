@@ -10,8 +10,8 @@ import sys
 
 from engine.cli.commands import main as engine_main, register
 from engine.errors import HisparseError, Problem
-from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_policy_options, combined, layers_from_args)
+from engine.cli.options import (CPUS_WHY, ERROR, OK, VIOLATION, Parser, UsageError, add_policy_options,
+                                bounded_int, combined, emit_json, layers_from_args, policy_from_argv, usable_cpus)
 from engine.sglang.argv import add_input_flags, int_arg
 from engine.progress import Progress
 from engine.values import clip, shown
@@ -34,6 +34,8 @@ def cmd_attend(argv) -> int:
                                 "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
                                 "2048 and 2 x top-k), checked by the policy with the rest of the config.")
     add_policy_options(parser)
+    from kernels_bridge.workload_spec import MAX_STEPS
+
     w = _Recorded(parser.add_argument_group("workload"))
     w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
     w.add_argument("--context", type=int_arg, default=4096,
@@ -45,7 +47,7 @@ def cmd_attend(argv) -> int:
             what = ("positions the indexer picks per step (default 2048)" if name == "hisparse_top_k"
                     else "hot-buffer slots per request, a multiple of 64 (default 2 x top-k)")
             w.add_argument(flag, dest=name, type=int_arg, default=None, help=what)
-    w.add_argument("--steps", type=int_arg, default=8, help="decode steps (default 8)")
+    w.add_argument("--steps", type=int_arg, default=8, help=f"decode steps (default 8, at most {MAX_STEPS:,})")
     w.add_argument("--locality", type=float, default=0.7,
                    help="share of the top-k kept from the previous step (default 0.7)")
     w.add_argument("--seed", type=int_arg, default=0, help="random seed, 0 to 2**63-1 (default 0)")
@@ -55,9 +57,9 @@ def cmd_attend(argv) -> int:
     w.add_argument("--max-memory", metavar="SIZE",
                    help="refuse a workload needing more (bytes, or 512M, 8G ...); default: half of the "
                         "memory this process can still take ($HISPARSE_MEMORY_LIMIT)")
-    w.add_argument("--threads", type=int_arg, metavar="N",
-                   help="torch CPU threads for the kernels (default: torch's choice, every core; on a "
-                        "loaded machine 1 is often faster)")
+    w.add_argument("--threads", type=bounded_int(1, usable_cpus(), CPUS_WHY), metavar="N",
+                   help="torch CPU threads for the kernels, at most the CPUs this process may use (default: "
+                        "torch's choice, every core; on a loaded machine 1 is often faster)")
     w.add_argument("--compare", action="store_true",
                    help="run the workload on an FP8 (fp8_e4m3) and a BF16 KV cache and report both side by "
                         "side: latency, memory, accuracy against dense float64")
@@ -100,8 +102,6 @@ def cmd_attend(argv) -> int:
     work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
                     ns.seed, ns.provider, ns.device)
     problems = work.problems([d.backends.get("decode") for d in decisions.values()])
-    if ns.threads is not None and ns.threads < 1:
-        problems.append(f"--threads {ns.threads}: at least 1")
     from kernels_bridge.errors import BridgeError
     from kernels_bridge.resources import memory_budget, parse_size
 

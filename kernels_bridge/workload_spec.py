@@ -19,6 +19,7 @@ from kernels_bridge.layout import (BF16_ROW_BYTES, D_QK, DECODE_TOPK_MULTIPLE, F
 TOP_K_FLAG, BUFFER_FLAG = "--hisparse-top-k", "--hisparse-device-buffer-size"
 DEFAULT_TOP_K = 2048
 MAX_SEED = INT_MAX  # --seed is read as a 64-bit integer, as every integer flag
+MAX_STEPS = 100_000  # a run's time grows with its steps (its memory is bounded by --max-memory)
 PART_NAMES = {"--requests x --context": "KV", f"--requests x {BUFFER_FLAG}": "hot buffer",
               f"--requests x {TOP_K_FLAG}": "per-step scratch"}
 # the decode backends the bridge runs (dispatch.BACKENDS), with the top-k multiple each kernel needs
@@ -72,8 +73,8 @@ class Workload:
                            + ", ".join(repr(b) for b in TOPK_MULTIPLE))
             elif self.top_k >= 1 and self.top_k % multiple:
                 out.append(f"{TOP_K_FLAG} {self.top_k}: {backend} needs a multiple of {multiple}")
-        if self.steps < 1:
-            out.append(f"--steps {self.steps}: at least 1")
+        if not 1 <= self.steps <= MAX_STEPS:
+            out.append(f"--steps {self.steps}: from 1 to {MAX_STEPS:,}")
         if not 0.0 <= self.locality <= 1.0:
             out.append(f"--locality {self.locality}: a share between 0 and 1")
         if not 0 <= self.seed <= MAX_SEED:

@@ -28,7 +28,7 @@ def _missing(reason: str):
     """SGLang (or what it needs) is not here: a failure under CI, a skip elsewhere."""
     if os.environ.get("CI"):
         pytest.fail(f"under CI SGLang {OWN} must be installed (make install): {reason}", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)  # also where a module calls require() at import
 
 
 @functools.cache
@@ -47,7 +47,7 @@ def require(releases, *, imported: bool = False) -> str:
         if OWN in releases:  # the release `make install` installs: CI has it
             _missing(f"needs SGLang {OWN} (make install); SGLang {INSTALLED} is installed here")
         pytest.skip(f"needs SGLang {' or '.join(releases)}; SGLang {INSTALLED} is installed here: "
-                    + SETUP.replace("X", releases[-1]))
+                    + SETUP.replace("X", releases[-1]), allow_module_level=True)
     if imported:
         version, reason = _imported()
         if version is None:

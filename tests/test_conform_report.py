@@ -174,3 +174,34 @@ def test_conform_exits_2_naming_what_to_install_without_sglang():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert "SGLang is not installed" in proc.stderr and "pip install --no-deps sglang==0.5.23" in proc.stderr
+
+
+def test_a_non_dsa_config_runs_on_an_mla_and_an_mha_model():
+    dsa = V4.complete({"kv_cache_dtype": "bfloat16"})
+    other = V4.complete({"dsa_model": False, "kv_cache_dtype": "mxfp8"})
+    assert [c.architecture for c in cases.cases_of(V4, dsa)] == ["DeepseekV32ForCausalLM"]
+    launches = cases.cases_of(V4, other)
+    assert [c.architecture for c in launches] == ["DeepseekV3ForCausalLM", "LlamaForCausalLM"]
+    assert len({c.argv for c in launches}) == 1
+
+
+def _refused(where):
+    return Result(False, "refused", None, (None, None), (), "resolve", where, "RuntimeError")
+
+
+@pytest.mark.parametrize("mha, counts", [
+    # the MHA model refused at a place the version leaves out, for a config the decision says is out of scope
+    (_refused("srt/arg_groups/kv_cache_hook.py:31 handle_mxfp8_kv_cache_compatibility"),
+     {"agree": 0, "differ": 0, "out_of_scope": 1}),
+    # ... and refused anywhere else: a difference, shown on the MHA model's launch
+    (_refused("srt/arg_groups/other_hook.py:9 some_gate"), {"agree": 0, "differ": 1, "out_of_scope": 0})])
+def test_a_config_counts_once_and_each_model_kind_is_compared(mha, counts):
+    config = V4.complete({"dsa_model": False, "kv_cache_dtype": "mxfp8"})
+    launches = cases.cases_of(V4, config)
+    agreeing = as_result(V4.evaluate(config))
+    got = report.compare(V4, [config], [launches], [(agreeing, mha)], sampled=False)
+    assert got["counts"] == counts and got["total"] == 1
+    example = (got["groups"] or got["out_of_scope"])[0]["example"]
+    assert example["architecture"] == "LlamaForCausalLM"
+    both = report.compare(V4, [config], [launches], [(agreeing, agreeing)], sampled=False)
+    assert both["counts"] == {"agree": 1, "differ": 0, "out_of_scope": 0}

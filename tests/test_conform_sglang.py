@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 
 from engine.sglang.conform.drivers import installed_sglang
 from tests.sglang_release import require
@@ -25,18 +26,22 @@ def test_sglang_0523_is_installed():
     assert VERSION == "0.5.23", REASON
 
 
-def test_v4_agrees_with_sglang_on_a_stratified_sample():
-    code, report, err = conform("--policy", "dsa-backends@10", "--sample", "5000", "--seed", "7")
+@pytest.mark.parametrize("n", [pytest.param(5000, marks=pytest.mark.whole), 600])
+def test_v4_agrees_with_sglang_on_a_stratified_sample(n):
+    from engine.sglang.conform.cases import NON_DSA_ARCHITECTURES
+
+    code, report, err = conform("--policy", "dsa-backends@10", "--sample", str(n), "--seed", "7")
     counts = report["counts"]
     assert code == 0 and report["conformant"], json.dumps(report["groups"][:2], indent=1)
-    assert report["total"] == 5000 and counts["differ"] == 0
-    assert counts["agree"] + counts["out_of_scope"] == 5000 and counts["agree"] > 3000
+    assert report["total"] == n and counts["differ"] == 0
+    assert counts["agree"] + counts["out_of_scope"] == n and counts["agree"] > 0.6 * n
     # what is out of scope is only what v4 declares it leaves out, and only for non-DSA models
-    assert all(g["example"]["architecture"] == "DeepseekV3ForCausalLM" for g in report["out_of_scope"])
+    assert all(g["example"]["architecture"] in NON_DSA_ARCHITECTURES for g in report["out_of_scope"])
     assert report["sglang"] == "0.5.23" and report["warning"] is None
     assert "conform:" in err  # the progress line
 
 
+@pytest.mark.whole  # make test: conform on the release itself, above, on a smaller sample
 def test_v3_differences_are_few_patterns_and_none_logs_after_a_raise():
     code, report, _ = conform("--policy", "dsa-backends@8", "--sample", "3000", "--seed", "7",
                               "--where", "dsa_model=true")

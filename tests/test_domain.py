@@ -15,8 +15,12 @@ from engine.files.catalog import list_families
 from tests.helpers import NSA_ALIASES, load_text
 
 # every shipped version, each on its whole declared domain (2.3 M configs in all): the bulk
-# evaluator is generated code, and a sample could miss the one combination a generator bug hits
+# evaluator is generated code, and a sample could miss the one combination a generator bug hits.
+# The versions with more than 100,000 configs run whole in `make test-whole` (CI), and on a
+# stratified sample in `make test`.
 SHIPPED = [f"dsa-backends@{v}" for v in list_families()["dsa-backends"]]
+LARGE = [ref for ref in SHIPPED if engine.load_policy(ref).domain_size() > 100_000]
+WHOLE = pytest.mark.whole
 
 SYN_A = """
 policy: syn
@@ -186,12 +190,25 @@ def test_the_at_defaults_fixture_stops_before_the_default_log(synthetic):
     assert d.log == ["legacy x y"] and [v.check for v in d.violations] == ["phase-backends", "b-size"]
 
 
-@pytest.mark.parametrize("ref", SHIPPED + ["syn-c"])
+@pytest.mark.parametrize("ref", [pytest.param(r, marks=WHOLE) if r in LARGE else r for r in SHIPPED] + ["syn-c"])
 def test_bulk_outcomes_equal_evaluate_on_the_whole_domain(ref, synthetic):
+    _assert_bulk_outcomes(ref, synthetic)
+
+
+@pytest.mark.parametrize("ref", LARGE)
+def test_bulk_outcomes_equal_evaluate_on_a_stratified_sample(ref, synthetic):
+    """make test's share of the whole-domain check above: every value of every input appears."""
+    from engine.sglang.conform.sample import axes, stratified
+
+    policy = engine.load_policy(ref)
+    _assert_bulk_outcomes(ref, synthetic, stratified(axes(policy), 4000, 1))
+
+
+def _assert_bulk_outcomes(ref, synthetic, configs=None):
     from engine.analysis import domain
 
     policy = synthetic[2] if ref == "syn-c" else engine.load_policy(ref)
-    configs = list(policy.domain())
+    configs = list(policy.domain()) if configs is None else configs
     bulk = [r for chunk in domain.results(policy, [tuple(c.values()) for c in configs]) for r in chunk]
     assert len(bulk) == len(configs)
     for config, (values, log, first, scope) in zip(configs, bulk):
@@ -274,18 +291,23 @@ def test_diff_of_synthetic_policies_equals_direct_evaluation(synthetic, pair):
         assert {"newly_accepted", "newly_rejected", "backend_changed", "message_changed"} <= classes
 
 
-def test_diff_v2_to_v3_equals_direct_evaluation():
+@pytest.mark.parametrize("where, total", [
+    pytest.param(None, 373248, marks=WHOLE),
+    (["enable_hisparse=true", "disable_radix_cache=true", "platform=cuda", "sm_major=10"], 15552)])
+def test_diff_v2_to_v3_equals_direct_evaluation(where, total):
     a, b = engine.load_policy("dsa-backends@2"), engine.load_policy(NSA_ALIASES)
-    result = diff(a, b)
-    assert result["total"] == 373248
-    _assert_same(result, _direct_diff(a, b), a, b)
-
-
-def test_diff_v3_to_v4_equals_direct_evaluation():
-    a, b = engine.load_policy(NSA_ALIASES), engine.load_policy("dsa-backends@10")
-    where = ["dsa_model=true", "disable_radix_cache=true"]  # a quarter of the union keeps it quick
     result = diff(a, b, where=where)
-    assert result["total"] == 179712
+    assert result["total"] == total
+    _assert_same(result, _direct_diff(a, b, where), a, b, where)
+
+
+@pytest.mark.parametrize("where, total", [
+    pytest.param(["dsa_model=true", "disable_radix_cache=true"], 179712, marks=WHOLE),  # a quarter of the union
+    (["dsa_model=true", "disable_radix_cache=true", "enable_hisparse=true", "platform=cuda"], 179712 // 4)])
+def test_diff_v3_to_v4_equals_direct_evaluation(where, total):
+    a, b = engine.load_policy(NSA_ALIASES), engine.load_policy("dsa-backends@10")
+    result = diff(a, b, where=where)
+    assert result["total"] == total
     _assert_same(result, _direct_diff(a, b, where), a, b, where)
 
 
@@ -330,11 +352,12 @@ def _blamed(d, reads):
     for v in d.violations:
         if v.phase is not None:
             yield d.sources[v.phase]
-        elif v.stage == "checks" and reads.get(v.check):
+        elif v.stage in ("checks", "defaults") and reads.get(v.check):  # defaults: a check at defaults
             filled = {d.sources[ph] for ph in reads[v.check]}
             yield filled.pop() if len(filled) == 1 else None
 
 
+@WHOLE  # make test: test_lint_equals_direct_evaluation below, on smaller domains
 def test_lint_of_v10_equals_direct_evaluation():
     """L403 on v10's whole domain through evaluate; L401/L402 from interpreter traces of every 97th
     config (a trace costs about 120 us: all 479,232 would add a minute): what the sample sees held

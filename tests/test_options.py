@@ -65,9 +65,9 @@ def test_an_option_repeated_with_the_same_value_is_fine(capsys):
     (["test", "--min-coverage", "-1"], "invalid percentage"),
     (["test", "--min-coverage", "inf"], "invalid percentage"),
     (["test", "--min-coverage", "1e999"], "invalid percentage"),
-    (["diff", DEFAULT_POLICY, DEFAULT_POLICY, "--max-patterns", "0"], "invalid count: '0'"),
-    (["replay", "r.jsonl", "--max-records", "-1"], "invalid count"),
-    (["conform", "--workers", "0"], "invalid count"),
+    (["diff", DEFAULT_POLICY, DEFAULT_POLICY, "--max-patterns", "0"], "invalid value: '0' (from 1 to 10,000)"),
+    (["replay", "r.jsonl", "--max-records", "-1"], "invalid value: '-1' (from 1 to"),
+    (["conform", "--workers", "0"], "invalid value: '0' (from 1 to"),
     (["conform", "--case-timeout", "nan", "--sample", "1000"], "--case-timeout nan"),
     (["attend", "--locality", "nan"], "--locality nan"),
 ])

@@ -76,3 +76,49 @@ def test_messages_name_the_policy_file_where_it_is(tmp_path):
                               text=True, timeout=120)
         shown = re.match(r"Policy \S+ \((\S+\.yaml), ", proc.stdout).group(1)
         assert os.path.exists(os.path.join(cwd, shown))
+
+
+def test_export_into_an_empty_folder_writes_into_it_keeping_its_mode(capsys, tmp_path):
+    dest = tmp_path / "private"
+    dest.mkdir()
+    dest.chmod(0o700)
+    inode = os.stat(dest).st_ino
+    assert run_cli(capsys, "policies", "export", str(dest))[0] == 0
+    assert stat_mode(dest) == 0o700 and os.stat(dest).st_ino == inode  # the folder itself, not a new one
+    assert sorted(os.listdir(tmp_path)) == ["private"] and not [n for n in os.listdir(dest) if n.startswith(".")]
+
+
+def stat_mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_export_into_an_empty_folder_of_ones_own_inside_a_read_only_folder(tmp_path):
+    """As a user who owns the empty folder but may not write in its parent (judged by a child that
+    gives up root first: root may write anywhere)."""
+    import tempfile
+
+    shared = tempfile.mkdtemp(prefix="hisparse-export-")
+    os.chmod(shared, 0o755)
+    parent, mine = os.path.join(shared, "ro"), os.path.join(shared, "ro", "mine")
+    os.makedirs(mine)
+    nobody = 65534
+    try:
+        for path, mode in ((mine, 0o700), (parent, 0o555)):
+            os.chmod(path, mode)
+            if os.geteuid() == 0:
+                os.chown(path, nobody, nobody)
+        # what export imports is imported first: the interpreter's own files may be root's alone
+        code = ("import os, sys, shutil, tempfile\nfrom engine.cli.policies import export\n"
+                f"if os.geteuid() == 0:\n    os.setgid({nobody}); os.setuid({nobody})\n"
+                "print(len(export(sys.argv[1])))\n")
+        proc = subprocess.run([sys.executable, "-c", code, mine], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert int(proc.stdout) == len(shipped_files()) and os.path.isfile(os.path.join(mine, "schema",
+                                                                                          "policy.schema.json"))
+        assert stat_mode(mine) == 0o700 and os.listdir(parent) == ["mine"]
+    finally:
+        os.chmod(parent, 0o755)
+        import shutil
+
+        shutil.rmtree(shared)

@@ -71,9 +71,14 @@ def test_a_dsa_model_is_in_scope(given, family):
     assert data["model_family"] == family and "not_applicable" not in data
 
 
-def test_bulk_and_single_decisions_agree_on_scope_over_the_domain():
+@pytest.mark.parametrize("every", [pytest.param(7, marks=pytest.mark.whole), None])
+def test_bulk_and_single_decisions_agree_on_scope_over_the_domain(every):
+    """Every 7th config of the domain (make test-whole), or a stratified sample of it (make test)."""
+    from engine.sglang.conform.sample import axes, stratified
+
     seen = set()
-    configs = [config for k, config in enumerate(POLICY.domain()) if not k % 7]
+    configs = ([config for k, config in enumerate(POLICY.domain()) if not k % every] if every
+               else stratified(axes(POLICY), 3000, 1))
     for config, bulk in zip(configs, bulk_decisions(POLICY, configs)):
         d, traced = POLICY.evaluate(config), POLICY.trace(config)[0]
         assert (bulk.in_scope, bulk.out_of_scope) == (d.in_scope, d.out_of_scope), config
@@ -360,3 +365,36 @@ def test_unread_keys_in_a_launch_command_get_a_note(capsys):
     code, _, err = run_cli(capsys, "evaluate", "--", "python", "-m", "sglang.launch_server",
                            "--hisparse-config", '{"top-k": 8}')
     assert code == 0 and "SGLang does not read the key 'top-k'; did you mean 'top_k'?" in err
+
+
+# -- every version: the gates only non-DSA models reach are declared with `when` ------------------
+VERSIONS = [f"{DEFAULT_POLICY}@{v}" for v in engine.list_families()[DEFAULT_POLICY]]
+
+
+@pytest.mark.parametrize("ref", VERSIONS)
+def test_every_version_declares_the_non_dsa_gates_with_when(ref):
+    """A non-DSA model reaches SGLang's generic KV-dtype and attention-backend gates in every
+    release; each version names them, each with the configs that reach it, so that a decision
+    for such a config says it is out of scope (issue 18's rule, in every version)."""
+    policy = engine.load_policy(ref)
+    gates = [(where, has_when) for where, why, has_when in policy.upstream.leaves_out if "non-DSA" in why]
+    assert gates and all(has_when for _, has_when in gates), gates
+    functions = {where.rsplit(":", 1)[1].lstrip("_") for where, _ in gates}
+    assert "handle_attention_backend_compatibility" in functions
+    from engine.sglang.conform import sample
+
+    for config in sample.stratified(sample.axes(policy, {"dsa_model": False}), 300, 1):
+        assert not policy.evaluate(config).in_scope, config
+
+
+@pytest.mark.parametrize("ref, given, where", [
+    # SGLang 0.5.14 refuses a KV4 cache on ROCm for any model its DSA gate does not stop first
+    ("dsa-backends@4", {"kv_cache_dtype": "fp4_e2m1", "platform": "hip"}, "_handle_kv4_compatibility"),
+    # SGLang 0.5.20: mxfp8 needs SM100 (the MLA and MHA gates alike)
+    ("dsa-backends@8", {"kv_cache_dtype": "mxfp8", "sm_major": 9}, "handle_mxfp8_kv_cache_compatibility"),
+    ("dsa-backends@8", {"kv_cache_dtype": "nvfp4", "platform": "hip"}, "handle_kv4_compatibility")])
+def test_an_mha_model_refused_by_a_generic_gate_is_out_of_scope(ref, given, where):
+    policy = engine.load_policy(ref)
+    d = policy.evaluate(config_of(policy, dict({k.replace("_", "-"): v for k, v in given.items()},
+                                               **{"model-path": LLAMA}))[0])
+    assert d.ok and not d.in_scope and d.out_of_scope["where"].endswith(":" + where)

@@ -55,7 +55,8 @@ def test_bulk_evaluator_equals_evaluate(version):
 V8 = "dsa-backends@8"
 
 
-def test_v8_bulk_evaluator_equals_evaluate_on_a_slice():
+@pytest.mark.parametrize("every", [pytest.param(7, marks=pytest.mark.whole), 61])
+def test_v8_bulk_evaluator_equals_evaluate_on_a_slice(every):
     policy = engine.load_policy(V8)
-    configs = [config for i, config in enumerate(policy.domain()) if not i % 7]
-    assert assert_bulk_equals_evaluate(policy, configs) == -(-policy.domain_size() // 7)
+    configs = [config for i, config in enumerate(policy.domain()) if not i % every]
+    assert assert_bulk_equals_evaluate(policy, configs) == -(-policy.domain_size() // every)

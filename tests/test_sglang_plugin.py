@@ -317,8 +317,10 @@ def test_hisparse_launch_runs_the_edited_policy_and_records_it(models, edited, t
     decision SGLang's process made replays."""
     record = tmp_path / "decisions.jsonl"
     argv = ["--model-path", models.path("DeepseekV32ForCausalLM"), *HISPARSE_FP8]
+    # --allow-incapable: the edited default is a route flashinfer_sparse_mla's capabilities exclude here
     proc = subprocess.run([sys.executable, "-m", "kernels_bridge.cli", "launch", "--policy", edited,
-                           "--record", str(record), "--", sys.executable, "-m", "sglang.launch_server", *argv],
+                           "--allow-incapable", "--record", str(record), "--", sys.executable, "-m",
+                           "sglang.launch_server", *argv],
                           env=_clean_env(PYTHONPATH=_pythonpath()), cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
@@ -378,8 +380,8 @@ def test_hisparse_launch_refuses_without_starting_sglang(models, edited, tmp_pat
     assert json.loads(record.read_text(encoding="utf-8"))["decision"]["ok"] is False
     # accepted: the command runs (here it cannot: the one line says so, exit 2)
     argv[-1] = "fp8_e4m3"
-    proc = run_process("launch", "--policy", edited, "--", os.path.join(str(tmp_path), "no-such-python"),
-                       "-m", "sglang.launch_server", *argv)
+    proc = run_process("launch", "--policy", edited, "--allow-incapable", "--",
+                       os.path.join(str(tmp_path), "no-such-python"), "-m", "sglang.launch_server", *argv)
     assert proc.returncode == 2 and "hisparse launch: cannot run" in proc.stderr
     proc = run_process("launch", "--policy", edited)
     assert proc.returncode == 2 and "no command" in proc.stderr

@@ -79,3 +79,17 @@ def test_cli(capsys):
     assert code == 2 and "did you mean 'dsa_model'?" in err
     code, _, err = run_cli(capsys, "table", "--where", "sm_major=x")
     assert code == 2 and "C503" in err
+
+
+@pytest.mark.parametrize("ref", ["dsa-backends@4", "dsa-backends@10"])
+def test_rows_in_scope_come_first_and_the_rest_are_marked(ref, capsys):
+    policy = engine.load_policy(ref)
+    where = ["disable_radix_cache=true", "kv_cache_dtype=bfloat16"] + (
+        ["hisparse_device_buffer_size=unset", "sm_major=9"] if ref.endswith("@10") else [])
+    rows = routing_rows(policy, parse_where(policy, where))["rows"]
+    scopes = [r["in_scope"] for r in rows]
+    assert scopes[0] and not scopes[-1] and scopes == sorted(scopes, reverse=True), scopes
+    code, out, _ = run_cli(capsys, "table", "--policy", ref, *[f"--where={w}" for w in where])
+    blocks = out.split("\n\n")[1:]
+    marked = ["  out of scope (" in b for b in blocks if not b.startswith("out (")]
+    assert code == 0 and not marked[0] and marked[-1] and marked == sorted(marked), marked

@@ -63,7 +63,7 @@ def outcome_of_record(d: dict) -> Outcome:
 
 
 _DECISION_KEYS = {"ok", "violations", "log", "sources", "policy", "backends", "line", "error", "in_scope",
-                  "out_of_scope", "not_applicable"}
+                  "out_of_scope", "not_applicable", "incapable"}
 
 
 def classify(a: Outcome, b: Outcome) -> tuple[str | None, tuple]:

@@ -77,7 +77,7 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     if progress is not None:
         progress(size, size)
     rows = []
-    for key in order:
+    for key in sorted(order, key=lambda k: k[3] is not None):  # the rows the version models first
         defaults, rejected, allowed, why = key
         cubes = (minimize_known(groups[key], set(combos), domains) if isinstance(combos, list)
                  else minimize(groups[key], domains, disjoint=True))

@@ -91,7 +91,9 @@ def batch_line(policy, base, said, line, number: int):
     for note in g.notes:
         if note not in said:
             print(f"note: line {number}: {one_line(note)}", file=sys.stderr)
-    out = d.to_dict()
+    from engine.analysis.capability import decision_json
+
+    out = decision_json(d)
     out["line"] = number
     return out, (OK if d.ok else VIOLATION), d, g.given
 

@@ -11,10 +11,11 @@ import os
 import sys
 
 from engine.errors import HisparseError, MissingDependency
-from engine.cli.options import (ERROR, OK, VIOLATION, Parser, UsageError, emit_json, policy_from_argv,
-                                add_policy_options, combined, count_arg, layers_from_args, percent_arg,
-                                print_problems, split_launch)
-from engine.sglang.argv import add_input_flags, int_arg
+from engine.cli.options import (CPUS_WHY, ERROR, MAX_PATTERNS, OK, VIOLATION, Parser, UsageError, add_policy_options,
+                                bounded_int, combined, emit_json, layers_from_args, percent_arg, policy_from_argv,
+                                print_problems, split_launch, usable_cpus)
+from engine.sglang.argv import add_input_flags
+from engine.values import INT_MAX
 from engine.cli.output import OutputError, SafeStream, silence
 from engine.cli.policies import cmd_policies
 from engine.progress import Progress
@@ -57,7 +58,9 @@ def cmd_evaluate(argv) -> int:
 
         append_records(ns.record, [decision], [g.given])
     if ns.format == "json":
-        emit_json(decision.to_dict())
+        from engine.analysis.capability import decision_json
+
+        emit_json(decision_json(decision))
     else:
         from engine.cli.decision_text import decision_text
 
@@ -127,8 +130,9 @@ def cmd_diff(argv) -> int:
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="compare only configs with this input value (repeatable, one value per input)")
-    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
-                        help="patterns shown per group in text and markdown (default 4; json has all)")
+    parser.add_argument("--max-patterns", type=bounded_int(1, MAX_PATTERNS), default=4, metavar="N",
+                        help=f"patterns shown per group in text and markdown (default 4, at most {MAX_PATTERNS:,}; "
+                             "json has all)")
     ns = parser.parse_args(argv)
     from engine.analysis.diff import diff
     from engine.cli.reports import diff_text
@@ -204,9 +208,10 @@ def cmd_replay(argv) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     from engine.serving.records import MAX_RECORDS
 
-    parser.add_argument("--max-records", type=count_arg, default=MAX_RECORDS, metavar="N",
-                        help=f"stop with an error after N records (default {MAX_RECORDS:,}); each line is "
-                             "at most HISPARSE_MAX_FILE_BYTES")
+    most = 100 * MAX_RECORDS  # a replay's time grows with them
+    parser.add_argument("--max-records", type=bounded_int(1, most), default=MAX_RECORDS, metavar="N",
+                        help=f"stop with an error after N records (default {MAX_RECORDS:,}, at most {most:,}); "
+                             "each line is at most HISPARSE_MAX_FILE_BYTES")
     ns = parser.parse_args(argv)
     from engine.policy.loader import load_policy
     from engine.serving.records import replay
@@ -268,16 +273,21 @@ def cmd_conform(argv) -> int:
     add_policy_options(parser)
     parser.add_argument("--where", action="append", metavar="NAME=VALUE",
                         help="run only configs with this input value (repeatable)")
-    parser.add_argument("--sample", type=int_arg, metavar="N",
-                        help="a stratified sample of N configs (every value of every input appears)")
-    parser.add_argument("--seed", type=int_arg, default=0, metavar="S", help="the sample's seed (default 0)")
-    parser.add_argument("--workers", type=count_arg, metavar="N",
-                        help="worker processes (default: the CPUs this process may use)")
+    from engine.analysis.domain import MAX_CONFIGS
+
+    parser.add_argument("--sample", type=bounded_int(1, MAX_CONFIGS, "a whole-domain operation's limit"),
+                        metavar="N", help="a stratified sample of N configs (every value of every input appears)")
+    parser.add_argument("--seed", type=bounded_int(0, INT_MAX), default=0, metavar="S",
+                        help="the sample's seed, 0 to 2**63-1 (default 0)")
+    parser.add_argument("--workers", type=bounded_int(1, usable_cpus(), CPUS_WHY), metavar="N",
+                        help="worker processes (default and most: the CPUs this process may use)")
     parser.add_argument("--case-timeout", type=float, metavar="SECONDS",
-                        help="stop the run when SGLang takes longer than this on one launch (default 120)")
+                        help="stop the run when SGLang takes longer than this on one launch (default 120, "
+                             "at most 86400)")
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    parser.add_argument("--max-patterns", type=count_arg, default=4, metavar="N",
-                        help="patterns shown per group in text and markdown (default 4; json has all)")
+    parser.add_argument("--max-patterns", type=bounded_int(1, MAX_PATTERNS), default=4, metavar="N",
+                        help=f"patterns shown per group in text and markdown (default 4, at most {MAX_PATTERNS:,}; "
+                             "json has all)")
     ns = parser.parse_args(argv)
     from engine.sglang.conform import SGLangUnavailable, conform
     from engine.sglang.conform.sample import axes
@@ -290,8 +300,6 @@ def cmd_conform(argv) -> int:
     if ns.sample is not None and ns.sample < widest:
         raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
                          f"every input, so it needs at least {widest} configs")
-    if ns.workers is not None and ns.workers < 1:
-        raise UsageError("hisparse conform: --workers must be at least 1")
     if ns.case_timeout is not None and not 0 < ns.case_timeout <= 86400:
         raise UsageError(f"hisparse conform: --case-timeout {ns.case_timeout:g}: from above 0 to 86400 seconds")
     from engine.sglang.conform.runner import CaseTimedOut, DriverError, WorkerCrashed

@@ -38,6 +38,10 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
             line, stage = rules[src]
             why = f"{stage} rule {src} ({one_line(p.file)}:{line})"
         lines.append(f"  {ph + ':':<{width}} {show(backend):<{column}} {why}")
+    from engine.analysis.capability import incapable
+
+    for route in incapable(d):
+        lines.append(f"  incapable: {one_line(route.text())}")
     given = p.complete(p.normalize(d.input))
     for name, value in d.config.items():
         if p.inputs[name].phase is None and given[name] != value:
@@ -123,6 +127,8 @@ def explanation_json(d: Decision, trace) -> dict:
     config completed with the policy's defaults, each stage the evaluator ran (its condition and
     every rule it tried, in order, with the result in the words of the text form), the rule
     evaluation stopped at, and the decision as `evaluate --format json` gives it."""
+    from engine.analysis.capability import decision_json
+
     p = d.policy
     stages = []
     for step in trace.steps:
@@ -136,7 +142,7 @@ def explanation_json(d: Decision, trace) -> dict:
     return {"policy": dict(p.identity(), file=p.file, upstream=p.upstream.label() if p.upstream else None),
             "config": p.complete(p.normalize(d.input)), "stages": stages,
             "stopped_by": trace.stopped_by.name if trace.stopped_by is not None else None,
-            "decision": d.to_dict()}
+            "decision": decision_json(d)}
 
 
 def _why(tests) -> list:

@@ -22,7 +22,7 @@ def cmd_launch(argv) -> int:
     argv, command = split_launch(argv)
     policy = policy_from_argv(argv, command)
     parser = Parser(prog="hisparse launch",
-                    usage="hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] [input flags] "
+                    usage="hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] [--allow-incapable] [input flags] "
                           "-- python -m sglang.launch_server ARGS... (or: sglang serve ARGS...)",
                     description="Check an SGLang launch command with the policy, then run it with the policy "
                                 "deciding SGLang's DSA routing (its SGLang plugin). A refused launch prints the "
@@ -30,18 +30,22 @@ def cmd_launch(argv) -> int:
     add_policy_options(parser)
     parser.add_argument("--record", metavar="FILE",
                         help="append the decision to FILE (--record format): SGLang's, or this refusal")
+    parser.add_argument("--allow-incapable", action="store_true",
+                        help="start SGLang even where the decision routes a phase to a backend whose declared "
+                             "capabilities exclude the config (refused otherwise, exit 1)")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     if not command:
         raise UsageError("hisparse launch: no command: give the SGLang launch command after --, e.g. "
                          "hisparse launch -- python -m sglang.launch_server --model-path MODEL")
-    g = combined(policy, layers_from_args(policy, ns, None, command))
-    if ns.record:
-        from engine.files.streams import check_record_target
+    from engine.sglang.launch import command_words
 
-        check_record_target(ns.record)
+    command = command_words(command)  # one quoted string: the words judged are the words run
+    g = combined(policy, layers_from_args(policy, ns, None, command))
+    _check_records(ns.record)
     decision = policy.evaluate(g.config)
-    if not decision.ok:
+    refusal = _refusal(decision, ns.allow_incapable)
+    if refusal:
         from engine.cli.decision_text import decision_text
 
         if ns.record:
@@ -50,7 +54,7 @@ def cmd_launch(argv) -> int:
             append_records(ns.record, [decision], [g.given])
         print(decision_text(decision))
         sys.stdout.flush()  # the decision first, also where both streams go to one pipe
-        print("hisparse launch: the policy refuses this launch; SGLang was not started", file=sys.stderr)
+        print(f"hisparse launch: {refusal}; SGLang was not started", file=sys.stderr)
         return VIOLATION
     env = dict(os.environ, HISPARSE_POLICY=_ref_for_plugin(policy, ns.policy))
     if ns.policy_dir is not None:
@@ -67,6 +71,35 @@ def cmd_launch(argv) -> int:
         print(f"hisparse launch: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return ERROR
     return ERROR  # pragma: no cover - exec does not return
+
+
+def _refusal(decision, allow_incapable: bool) -> str:
+    """Why the launch is not started ("": it is): the policy refuses it, or routes a phase to a
+    backend whose declared capabilities exclude the config (unless --allow-incapable)."""
+    if not decision.ok:
+        return "the policy refuses this launch"
+    from engine.analysis.capability import incapable
+
+    routes = incapable(decision)
+    if not routes or allow_incapable:
+        return ""
+    shown = ", ".join(f"{r.phase} on {r.backend}" for r in routes)
+    return (f"the decision routes {shown}, which cannot run this config by the policy's declared capabilities "
+            "(--allow-incapable starts it anyway)")
+
+
+def _check_records(option: str | None) -> None:
+    """The record file, from --record or else HISPARSE_RECORD (which SGLang's plugin would find only
+    at its first decision), refused before SGLang starts when it cannot be appended to."""
+    from engine.files.streams import check_record_target
+
+    path = option if option is not None else os.environ.get("HISPARSE_RECORD")
+    if path is None:
+        return
+    if not path.strip():
+        raise UsageError("hisparse launch: " + ("--record" if option is not None else "HISPARSE_RECORD") +
+                         " is empty: it must name a file (leave it out for no records)")
+    check_record_target(path)
 
 
 def _ref_for_plugin(policy, given: str | None) -> str:

@@ -124,12 +124,28 @@ class Parser(argparse.ArgumentParser):
             yield f"{clip(word)} ({hint})" if hint else clip(word)
 
 
-def count_arg(text: str) -> int:
-    """argparse type of a count that must be at least 1 (patterns shown, records read)."""
-    value = int_arg(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid count: {shown(text)} (at least 1)")
-    return value
+def bounded_int(low: int, high: int, why: str = ""):
+    """argparse type of an integer option from `low` to `high` (every numeric option has both
+    bounds: a count that could start a million workers or threads, or run for days, is refused
+    with its range before anything runs). `why`: what the range is, said with it."""
+    def parse(text: str) -> int:
+        value = int_arg(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"invalid value: {shown(text)} (from {low:,} to {high:,}"
+                                             + (f": {why})" if why else ")"))
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: the bound of worker and thread counts."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+CPUS_WHY = "the CPUs this process may use"
+MAX_PATTERNS = 10_000  # patterns shown per group; json lists all of them anyway
 
 
 def percent_arg(text: str) -> float:

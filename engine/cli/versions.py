@@ -1,7 +1,7 @@
 """`hisparse versions`: every SGLang release, the policy version that models it, and what
 `hisparse conform` found when that version was run against that release (the saved reports of
-docs/conformance/, named FAMILY-N-sglang-RELEASE.json). Also the labels `hisparse diff` gives a side
-named by release."""
+docs/conformance/, named FAMILY-N-sglang-RELEASE.json, shipped in the wheel as engine/conformance/).
+Also the labels `hisparse diff` gives a side named by release."""
 from __future__ import annotations
 
 import json
@@ -15,9 +15,13 @@ SGLANG_RELEASES = tuple(r.version for r in RELEASES)
 
 
 def reports_dir() -> str:
-    """docs/conformance/ of the source tree this engine runs from."""
-    here = os.path.dirname(os.path.abspath(__file__))  # engine/cli
-    return os.path.join(os.path.dirname(os.path.dirname(here)), "docs", "conformance")
+    """The saved reports: shipped next to the code in an installed copy (engine/conformance/,
+    package data of the wheel), docs/conformance/ of the source tree otherwise."""
+    engine_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this is engine/cli/versions.py
+    installed = os.path.join(engine_dir, "conformance")
+    if os.path.isdir(installed):
+        return installed
+    return os.path.join(os.path.dirname(engine_dir), "docs", "conformance")
 
 
 def saved_reports(folder: str | None = None) -> dict:

@@ -118,16 +118,41 @@ def kind_of(mode: int) -> str:
 
 
 def check_record_target(path: str) -> None:
-    """A record file is a regular file (or one --record creates): appending to a FIFO would wait
-    for a reader forever, and a device would swallow the records."""
+    """Refuse, before anything runs, a record file that append_records could not append to: a
+    FIFO (the append would wait for a reader forever), a device (it would swallow the records), a
+    file this process may not read and write (append_records reads its last byte), or a new file
+    in a folder that does not exist or that it may not write in. Raises ConfigError (C504)."""
+    def refuse(why: str, hint: str = "name a file in a folder that exists and that this process may write in"):
+        raise ConfigError([Problem("C504", f"cannot append records to this file: {why}", path, hint=hint)])
+
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return
+        mode = None
     except ValueError:
         raise ConfigError([Problem("C504", "cannot open the record file: the path holds a NUL byte", path)]) from None
     except OSError as exc:
         raise ConfigError([Problem("C504", f"cannot open the record file: {exc.strerror or exc}", path)]) from None
-    if not stat.S_ISREG(mode):
-        raise ConfigError([Problem("C504", f"cannot append records to {kind_of(mode)}: a record file is a "
-                                   "regular file", path)])
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            refuse(f"it is {kind_of(mode)}; a record file is a regular file", hint="")
+        if not _may(path, os.R_OK | os.W_OK):
+            refuse("this process may not write to it (permission denied, or a read-only file system)")
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        folder_mode = os.stat(folder).st_mode
+    except OSError as exc:
+        refuse(f"its folder {folder} {'does not exist' if isinstance(exc, FileNotFoundError) else exc.strerror}")
+    if not stat.S_ISDIR(folder_mode):
+        refuse(f"{folder} is not a folder")
+    if not _may(folder, os.W_OK | os.X_OK):
+        refuse(f"this process may not create files in its folder {folder} (permission denied, or a "
+               "read-only file system)")
+
+
+def _may(path: str, mode: int) -> bool:
+    """os.access with the effective ids where the platform has them (as open() checks)."""
+    if os.access in os.supports_effective_ids:
+        return os.access(path, mode, effective_ids=True)
+    return os.access(path, mode)

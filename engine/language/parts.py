@@ -31,7 +31,7 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--help", "--version", "--explain", "--model-path", "--model", "--hisparse-config",
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
                             "--min-coverage", "--max-records", "--deep", "--seed", "--sample", "--workers",
-                            "--case-timeout"})
+                            "--case-timeout", "--allow-incapable"})
 
 
 def parse_document(data: bytes, display: str, digest: str) -> Document:

@@ -31,12 +31,14 @@ def record_line(decision, given=None) -> bytes:
     """One record. `given`: what the user gave (engine.sglang.given.Given.given), keys as spelled, so
     that a replay against a version with other names reads it as that version would; default:
     the config the decision was asked for."""
+    from engine.analysis.capability import decision_json
+
     policy = decision.policy
     rec = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "policy": policy.identity(),
         "input": dict(decision.input if given is None else given),
-        "decision": decision.to_dict(),
+        "decision": decision_json(decision),
     }
     return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
@@ -189,8 +191,12 @@ def record_problem(rec) -> str | None:
     na = d.get("not_applicable", [])
     if not isinstance(na, list) or not all(isinstance(x, str) for x in na):
         return "decision.not_applicable: expected a list of input names"
+    incapable = d.get("incapable", [])
+    if not isinstance(incapable, list) or not all(isinstance(x, dict) for x in incapable):
+        return "decision.incapable: expected a list of objects"
     for key, value in d.items():
-        if key not in ("backends", "log", "violations", "sources", "policy", "out_of_scope", "not_applicable") \
+        if key not in ("backends", "log", "violations", "sources", "policy", "out_of_scope", "not_applicable",
+                       "incapable") \
                 and not isinstance(value, _SCALARS):
             return f"decision.{clip(key)}: expected a string, number, boolean or null, got {kind(value)}"
     if "policy" in rec and not isinstance(rec["policy"], (dict, type(None))):

@@ -29,15 +29,22 @@ _LAUNCHERS = ("sglang.launch_server", "launch_server.py", "sglang.srt.server")
 MOST_WORDS = 10_000
 
 
-def launch_args(tokens: list[str]) -> list[str]:
-    """The server arguments of a launch command (everything after the launcher)."""
+def command_words(tokens: list[str]) -> list[str]:
+    """The words of a launch command: a command given as one string (quoted whole) is split as a
+    shell would split it, both where it is judged and where it is run."""
     if len(tokens) == 1 and " " in tokens[0].strip():
         try:
-            tokens = shlex.split(tokens[0])
+            return shlex.split(tokens[0])
         except ValueError as exc:  # an unbalanced quote
             raise ConfigError([Problem("C501", f"cannot split the launch command {shown(tokens[0])}: {exc}",
                                        hint="quote it as a shell would, or pass the arguments "
                                             "after -- as separate words")]) from None
+    return tokens
+
+
+def launch_args(tokens: list[str]) -> list[str]:
+    """The server arguments of a launch command (everything after the launcher)."""
+    tokens = command_words(tokens)
     for i, tok in enumerate(tokens):
         if tok == "serve" and i and os.path.basename(tokens[i - 1]) == "sglang":
             args = tokens[i + 1:]  # `sglang serve MODEL ...` reads MODEL as --model-path (as SGLang 0.5.16 on)

@@ -10,7 +10,7 @@ import time
 
 import engine.sglang.conform.sample as _sample
 from engine.errors import EngineError
-from engine.sglang.conform.cases import case_of
+from engine.sglang.conform.cases import cases_of
 from engine.sglang.conform.report import compare
 
 
@@ -40,18 +40,18 @@ def conform(policy, where: dict | None = None, sample: int | None = None, seed: 
     except UnknownVersion as exc:
         raise SGLangUnavailable(str(exc)) from None
     configs, total = _sample.configs_of(policy, where, sample, seed)
-    cases = [case_of(policy, c) for c in configs]
+    launches = [cases_of(policy, c) for c in configs]  # a non-DSA config: one per model kind
     start = time.perf_counter()
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     # configs that differ only in inputs SGLang never sees (the model family of a non-DSA model)
     # are the same launch: each distinct launch runs once
-    unique = list(dict.fromkeys(cases))
+    unique = list(dict.fromkeys(case for group in launches for case in group))
     ran = dict(zip(unique, run_cases(driver, unique, workers=workers, progress=progress,
                                           case_timeout=case_timeout or CASE_TIMEOUT)))
-    results = [ran[c] for c in cases]
+    results = [tuple(ran[c] for c in group) for group in launches]
     seconds = time.perf_counter() - start
-    result = compare(policy, configs, cases, results, sampled=len(configs) < total)
+    result = compare(policy, configs, launches, results, sampled=len(configs) < total)
     up = policy.upstream
     warning = None
     if up is None:

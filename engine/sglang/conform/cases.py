@@ -20,7 +20,10 @@ ARCHITECTURES = {
     "glm5_next": "Glm5NextForConditionalGeneration",
     "longcat_flash": "LongcatFlashForCausalLM",
 }
-NON_DSA_ARCHITECTURE = "DeepseekV3ForCausalLM"  # DeepSeek family, but no index_topk: not DSA
+# a non-DSA model runs as both kinds SGLang's generic gates tell apart: an MLA model (DeepSeek-V3:
+# the DeepSeek family without index_topk) and an MHA one (Llama-3.1-8B's architecture)
+NON_DSA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "LlamaForCausalLM")
+NON_DSA_ARCHITECTURE = NON_DSA_ARCHITECTURES[0]
 MODEL_INPUTS = ("dsa_model", "model_family")
 MACHINE_INPUTS = ("platform", "sm_major", "sm_minor")
 # input -> its key in SGLang's --hisparse-config JSON
@@ -35,8 +38,17 @@ def architecture(config: dict) -> str:
     return ARCHITECTURES[config.get("model_family") or "deepseek_v32"]
 
 
-def case_of(policy, config: dict) -> Case:
-    """The launch for a complete canonical config of `policy` (every input present)."""
+def cases_of(policy, config: dict) -> tuple[Case, ...]:
+    """The launches that stand for a complete canonical config: one for a DSA model, one per
+    non-DSA model kind (NON_DSA_ARCHITECTURES) otherwise."""
+    if config.get("dsa_model", True) is False:
+        return tuple(case_of(policy, config, arch) for arch in NON_DSA_ARCHITECTURES)
+    return (case_of(policy, config),)
+
+
+def case_of(policy, config: dict, architecture_name: str | None = None) -> Case:
+    """The launch for a complete canonical config of `policy` (every input present), on the
+    model of that architecture (default: the config's own, the MLA one for a non-DSA model)."""
     argv: list[str] = []
     hisparse: dict = {}
     for name, spec in policy.inputs.items():
@@ -59,4 +71,4 @@ def case_of(policy, config: dict) -> Case:
     if hisparse:
         argv += ["--hisparse-config", json.dumps(hisparse, separators=(",", ":"))]
     capability = (int(config.get("sm_major", 9)), int(config.get("sm_minor", 0) or 0))
-    return Case(tuple(argv), architecture(config), config.get("platform", "cuda"), capability)
+    return Case(tuple(argv), architecture_name or architecture(config), config.get("platform", "cuda"), capability)

@@ -79,7 +79,7 @@ DSA = Names(("dsa_prefill_backend", "dsa_decode_backend"),
 
 # the architectures of the shipped versions' cases: their model folders are written at load,
 # before the workers fork
-ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
+ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM", "LlamaForCausalLM")
 
 
 # -- the driver ----------------------------------------------------------------------------------

@@ -126,8 +126,27 @@ def _example(names, combo, case, ours, theirs) -> dict:
             "policy": side(ours), "sglang": side(theirs)}
 
 
+def _verdict(policy, decision, cases, results):
+    """(key, case, ours, theirs, differing fields) of a config run as one or more launches (a
+    non-DSA config: one per model kind), or None when every launch agrees. A launch that differs
+    in scope decides; else one out of scope does."""
+    found = None
+    for case, result in zip(cases, results):
+        ours, theirs = sides(policy, decision, result)
+        diff = differing(ours, theirs)
+        if not diff:
+            continue
+        why = _out_of_scope(policy, decision, result)
+        if why is None:
+            return ("differ",) + group_key(diff, ours, theirs), case, ours, theirs, diff
+        if found is None:
+            found = ("out_of_scope", _function(result.where), why), case, ours, theirs, diff
+    return found
+
+
 def compare(policy, configs: list[dict], cases: list, results: list, sampled: bool) -> dict:
-    """The JSON form of the comparison (a contract): counts, groups, examples."""
+    """The JSON form of the comparison (a contract): counts, groups, examples. cases[i] and
+    results[i]: the launch of configs[i] and what SGLang did, or tuples of them (one per model)."""
     names = list(policy.input_names)
     domains = [spec.domain() for spec in policy.inputs.values()]
     counts = {"agree": 0, "differ": 0, "out_of_scope": 0}
@@ -137,21 +156,17 @@ def compare(policy, configs: list[dict], cases: list, results: list, sampled: bo
     for config, case, result in zip(configs, cases, results):
         combo = tuple(config[n] for n in names)
         known.add(combo)
-        decision = policy.evaluate(config)
-        ours, theirs = sides(policy, decision, result)
-        diff = differing(ours, theirs)
-        if not diff:
+        several = isinstance(case, tuple)
+        found = _verdict(policy, policy.evaluate(config), case if several else (case,),
+                         result if several else (result,))
+        if found is None:
             counts["agree"] += 1
             continue
-        why = _out_of_scope(policy, decision, result)
-        if why is not None:
-            counts["out_of_scope"] += 1
-            key = ("out_of_scope", _function(result.where), why)
-        else:
-            counts["differ"] += 1
+        key, case, ours, theirs, diff = found
+        counts[key[0]] += 1
+        if key[0] == "differ":
             for f in diff:
                 fields[f] += 1
-            key = ("differ",) + group_key(diff, ours, theirs)
         entry = grouped.setdefault(key, {"points": [], "example": None})
         entry["points"].append(combo)
         if entry["example"] is None:

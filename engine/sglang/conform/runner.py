@@ -150,9 +150,6 @@ class _Slots:
     def __init__(self, ctx, workers: int):
         self.array = ctx.Array("d", 3 * workers)  # with a lock: index and start are read together
         self.next = ctx.Value("i", 0)
-        # set by the parent once it holds every worker's process: a worker that died before would
-        # be reaped out of sight, and its crash could not be told from the pool's stopping the rest
-        self.go = ctx.Event()
         for slot in range(workers):
             self.array[3 * slot + 1] = -1
 
@@ -190,12 +187,14 @@ class _Slots:
 _WORK = None  # in a worker: (driver, cases, slots, its slot)
 
 
-def _start_worker(driver, cases, slots) -> None:
+def _start_worker(driver, cases, slots, listed) -> None:
     global _WORK
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    slots.go.wait()
     _WORK = (driver, cases, slots, slots.take())
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    # no case runs before the parent holds every worker's process: one that died before would be
+    # reaped unseen by the parent's listing, and its crash could not be told from the others'
+    listed.wait()
 
 
 def _exit_with(parent: int) -> None:
@@ -234,8 +233,9 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
     # the parent's objects (SGLang, torch, transformers: ~500 MB) go to the permanent generation, so
     # a worker's garbage collector never walks them, which would copy every page they live on
     gc.freeze()
+    listed = ctx.Event()
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
-                               initargs=(driver, cases, slots))
+                               initargs=(driver, cases, slots, listed))
     procs = []
 
     def submit(start):
@@ -250,7 +250,7 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
             pending.add(submit(start))
             if not procs:  # a fork pool starts all its workers at the first submit
                 procs = [p for p in multiprocessing.active_children() if p not in before]
-                slots.go.set()
+                listed.set()
         while pending:
             finished, pending = wait(pending, _next_deadline(slots, case_timeout), FIRST_COMPLETED)
             for future in finished:
@@ -271,6 +271,7 @@ def _run_forked(driver, cases, workers, bar, case_timeout=None):
             _check_timeout(slots, cases, case_timeout)
         return results
     finally:
+        listed.set()  # never leave a worker waiting (a first submit that failed)
         if done < len(cases):  # stopped early: a running case may never end by itself
             for proc in procs:
                 proc.terminate()
