@@ -205,8 +205,8 @@ def test_model_extra_reaches_the_config(driver):
                                                           "srt/arg_groups/mamba_hook.py")
     with pytest.raises(ValueError, match="no model config for architecture 'Nope'; known: "):
         driver.run_case(case([], arch="Nope"))
-    with pytest.raises(ValueError, match="unknown platform 'npu'"):
-        driver.run_case(case([], platform="npu"))
+    with pytest.raises(ValueError, match="unknown platform 'xpu'"):
+        driver.run_case(case([], platform="xpu"))
 
 
 HAND_PICKED = [

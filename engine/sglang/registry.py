@@ -120,6 +120,40 @@ NAMES = (
      "other", None),
 )
 
+# What `hisparse conform` compares of a launch's log, per model class: the WARNING records of these
+# SGLang functions (every release's spellings), and of the parser's deprecation notice for flags
+# whose names hold one of the `deprecated` parts. The DSA drivers keep their own lists (per driver).
+class Routing:
+    __slots__ = ("functions", "deprecated")
+
+    def __init__(self, functions, deprecated=()):
+        self.functions, self.deprecated = frozenset(functions), tuple(deprecated)
+
+
+ROUTING = {
+    "dsv4": Routing((
+        "handle_deprecated_args",  # --attention-backend compressed -> dsv4
+        "_deepseek_v4_kv_cache_dtype", "apply_deepseek_v4_defaults", "validate_deepseek_v41_features",
+        "validate_deepseek_v4_cp", "context_parallel_attn_dp_size", "_mla_backend_page_constraints",
+        "validate_hisparse", "validate_hisparse_dsa_backend", "validate_hisparse_kv_cache_dtype",
+        "validate_hisparse_feature_combos", "_hisparse_validation", "_parse_sparse_config",
+        "print_deprecated_warning"), deprecated=("--enable-dp-attention",)),
+    "minimax_m3": Routing((
+        "_minimax_m3_overrides", "_mla_backend_page_constraints", "_attention_backend_fa3_fp8_fallback",
+        "_fa4_page_constraint", "_handle_attention_backend_compatibility", "handle_attention_backend_compatibility",
+        "_handle_kv4_compatibility", "handle_kv4_compatibility", "validate_hisparse", "validate_hisparse_feature_combos",
+        "_hisparse_validation", "_parse_sparse_config")),
+}
+
+
+def architecture_of(family: str) -> Architecture | None:
+    """The architecture (and model_type) a model family's config.json has: its first listed one."""
+    for arch in (*MODEL_TYPES.values(), *ARCHITECTURES.values()):
+        if arch.family == family:
+            return arch
+    return None
+
+
 # SGLang architectures that count as DSA only from a release on (the model reader's view of a
 # policy whose every modelled release is older: not DSA)
 DSA_SINCE = {a.name: a.since for a in ARCHITECTURES.values() if a.model_class == "dsa" and a.since}

@@ -17,7 +17,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-PLATFORMS = ("cuda", "hip")
+PLATFORMS = ("cuda", "hip", "npu")
 
 
 def platform_facts(platform: str, capability, known=None) -> dict:
@@ -35,8 +35,8 @@ def platform_facts(platform: str, capability, known=None) -> dict:
     cuda = platform == "cuda"
     facts = {
         "is_cuda": cuda,
-        "is_hip": not cuda,
-        "is_npu": False,
+        "is_hip": platform == "hip",
+        "is_npu": platform == "npu",
         "is_xpu": False,
         "is_musa": False,
         "is_mps": False,
@@ -71,22 +71,113 @@ def known_facts() -> frozenset:
 @contextmanager
 def faked_gpu(platform: str, capability):
     """Within: SGLang's platform facts describe this GPU, `torch.cuda.is_available()` is True
-    (SGLang's device lookup needs an accelerator) and `torch.cuda.get_device_capability()`
-    returns `capability`. Everything is put back on exit."""
+    (SGLang's device lookup needs an accelerator), `torch.cuda.get_device_capability()` returns
+    `capability` and `get_device_name()` a name for it, and the helpers SGLang caches or binds
+    by name answer for it (`cached_helpers`). Everything is put back on exit."""
     import torch
 
     from sglang.srt.runtime_context import override_platform
 
     facts = platform_facts(platform, capability, known_facts())
     cap = tuple(int(x) for x in capability)
-    saved = torch.cuda.is_available, torch.cuda.get_device_capability
-    torch.cuda.is_available = lambda: True
-    torch.cuda.get_device_capability = lambda device=None: cap
+    cuda = torch.cuda
+    saved = cuda.is_available, cuda.get_device_capability, cuda.get_device_name
+    cuda.is_available = lambda: True
+    cuda.get_device_capability = lambda device=None: cap
+    name = device_name("hip" if platform == "hip" else "cuda", cap)
+    cuda.get_device_name = lambda device=None: name  # DCP launches ask for the MNNVL fabric (0.5.20 on)
     try:
-        with override_platform(**facts):
+        with override_platform(**facts), cached_helpers(platform, cap):
             yield facts
     finally:
-        torch.cuda.is_available, torch.cuda.get_device_capability = saved
+        cuda.is_available, cuda.get_device_capability, cuda.get_device_name = saved
+
+
+# modules SGLang imports lazily on the DeepSeek-V4 path: imported before any case, so none binds a
+# case's stand-in while it is imported during that case
+LAZY_V4 = ("sglang.kernels.ops.attention.dsv4.unified_kv_kernels.env_gate",  # 0.5.19-0.5.22
+           "sglang.srt.layers.attention.dsv4.unified_kv_gate",  # 0.5.23
+           "sglang.srt.arg_groups.deepseek_v4_hook", "sglang.srt.arg_groups.hisparse_hook")
+
+
+def import_lazy_modules() -> None:
+    import importlib
+
+    for name in LAZY_V4:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not in this release
+            pass
+
+
+def _stand_in(value):
+    def fact(*args, **kwargs):
+        return value
+
+    fact.platform_fact = True  # how a stand-in a module bound during a case is recognised
+    return fact
+
+
+@contextmanager
+def cached_helpers(platform: str, cap: tuple):
+    """The platform helpers that the routing of DeepSeek-V4 and MiniMax-M3 reads beside SGLang's
+    platform context, answering for one case wherever a loaded module holds them, and put back
+    after it: `utils.common.is_sm100_supported` (lru-cached over torch; the V4 hooks import it by
+    name when they run), `is_npu` and `is_gfx95_supported` (cached, bound by name at import), the
+    NPU memory probe (no torch_npu here), `is_hip` of the unified-KV gate (whose answer is
+    cached: cleared before and after) and `sglang.srt.utils.is_cuda` while the release's own
+    `default_prefill_backend()` runs (only then: the whole-process helper gates sgl_kernel
+    imports and the nvidia-smi memory probe)."""
+    import sys
+
+    common = sys.modules["sglang.srt.utils.common"]
+    major = cap[0]
+    answers = {"is_sm100_supported": platform == "cuda" and major == 10, "is_npu": platform == "npu",
+               "is_gfx95_supported": platform == "hip" and tuple(cap) == (9, 5)}
+    patches = []  # (module, name, value to put back)
+
+    def put(module, name, value):
+        patches.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
+
+    originals = {n: getattr(common, n) for n in answers if hasattr(common, n)}
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] != "sglang" or module is None:
+            continue
+        space = vars(module)
+        for name, original in originals.items():
+            bound = space.get(name)
+            if bound is original or getattr(bound, "platform_fact", False):
+                put(module, name, _stand_in(answers[name]))
+                if bound is not original:  # a stand-in of an earlier case: the original after this one
+                    patches[-1] = (module, name, original)
+        if platform == "npu" and callable(space.get("get_npu_memory_capacity")):
+            put(module, "get_npu_memory_capacity", _stand_in(65536))
+    gates = [m for m in (sys.modules.get(n) for n in LAZY_V4[:2]) if m is not None]
+    for gate in gates:
+        put(gate, "is_hip", _stand_in(platform == "hip"))
+        gate.is_unified_kv_triton.cache_clear()
+    graphs = sys.modules.get("sglang.srt.model_executor.cuda_graph_config")
+    if graphs is not None and hasattr(graphs, "default_prefill_backend"):
+        original = graphs.default_prefill_backend
+        utils = sys.modules["sglang.srt.utils"]
+
+        def default_prefill_backend(*args, **kwargs):
+            saved = utils.is_cuda
+            utils.is_cuda = _stand_in(platform == "cuda")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                utils.is_cuda = saved
+
+        put(graphs, "default_prefill_backend", default_prefill_backend)
+    try:
+        yield
+    finally:
+        for module, name, value in reversed(patches):
+            setattr(module, name, value)
+        for gate in gates:
+            gate.is_unified_kv_triton.cache_clear()
 
 
 def device_name(platform: str, capability) -> str:

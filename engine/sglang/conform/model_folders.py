@@ -34,6 +34,27 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
                                                        "index_n_heads": 64}),
     "DeepseekV3ForCausalLM": ("DeepseekV3Config", {}),  # no index_topk: not DSA
     "LlamaForCausalLM": ("LlamaConfig", {}),
+    # written as plain JSON (RAW): the fields SGLang's own config classes need to load the model
+    "DeepseekV4ForCausalLM": (None, {}),
+    "DeepseekV41ForCausalLM": (None, {}),
+    "MiniMaxM3SparseForCausalLM": (None, {}),
+}
+
+_V4 = {"sliding_window": 128, "index_head_dim": 128, "num_hidden_layers": 4}
+# architecture -> the whole config.json (SGLang reads DeepSeek-V4's with its own alias of
+# DeepseekV3Config, V4.1's with its own DeepseekV41Config from 0.5.21; MiniMax-M3's text model
+# under a model_type transformers knows)
+RAW = {
+    "DeepseekV4ForCausalLM": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+                              "compress_ratios": [0, 4, 128, 4], **_V4},
+    "DeepseekV41ForCausalLM": {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
+                               "compress_ratios": [1, 2, 4, 128], **_V4},
+    "MiniMaxM3SparseForCausalLM": {
+        "architectures": ["MiniMaxM3SparseForCausalLM"], "model_type": "minimax_m2", "vocab_size": 200064,
+        "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 48,
+        "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 196608, "rms_norm_eps": 1e-06,
+        "num_experts_per_tok": 8, "num_local_experts": 256, "hidden_act": "silu",
+        "sparse_attention_config": {"sparse_attention_freq": [0, 1, 1, 1]}},
 }
 
 
@@ -111,9 +132,13 @@ class ModelFolders:
         if os.path.isfile(os.path.join(final, "config.json")):
             return final
         name = ARCHITECTURES[architecture][0]
-        cls = config_class(name) or (config_class(BASE_CLASSES[name]) if name in BASE_CLASSES else None)
+        cls = None if name is None else (
+            config_class(name) or (config_class(BASE_CLASSES[name]) if name in BASE_CLASSES else None))
         partial = tempfile.mkdtemp(prefix=".partial-", dir=self.root)
-        if cls is not None:
+        if architecture in RAW:
+            with open(os.path.join(partial, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump({**RAW[architecture], **fields}, fh, indent=2, sort_keys=True)
+        elif cls is not None:
             cls(architectures=[architecture], **fields).save_pretrained(partial)
             if cls.__name__ != name:  # the base class: the architecture's own model_type
                 path = os.path.join(partial, "config.json")

@@ -46,6 +46,7 @@ Log lines: the WARNING records of `sglang.*` loggers whose emitting function is 
 `ROUTING_FUNCTIONS`, in order, including those emitted before a raise."""
 from __future__ import annotations
 
+import os
 import warnings
 
 from engine.sglang import registry
@@ -204,7 +205,12 @@ class _State:
         except (ValueError, AttributeError) as exc:
             raise Moved(str(exc)) from None
         self.models = ModelFolders()
-        self.capture = startup.LogCapture(ROUTING_FUNCTIONS)
+        every = set(ROUTING_FUNCTIONS).union(*(r.functions for r in registry.ROUTING.values()))
+        parts = {"--nsa-", *(d for r in registry.ROUTING.values() for d in r.deprecated)}
+        self.capture = startup.LogCapture(every, tuple(sorted(parts)))
+        from engine.sglang.conform.machine import import_lazy_modules
+
+        import_lazy_modules()
         if self.fields is not None:
             self.fields.enable()
 
@@ -283,11 +289,12 @@ def run_case(case: Case) -> Result:
     import_sglang()
     st = _STATE
     model = st.models.path(case.architecture, case.model_extra)
-    argv = ["--model-path", model, *case.argv]
+    argv = ["--model-path", model, *case.argv] + (["--device", "npu"] if case.platform == "npu" else [])
     server_args = None
     stage = "parser"
     error = None
     with startup.Isolated(st.capture) as iso, faked_gpu(case.platform, case.capability):
+        os.environ.update(case.env)  # put back with the rest by Isolated
         try:
             server_args = _parse(argv)
             stage = "resolve"
@@ -300,8 +307,24 @@ def run_case(case: Case) -> Result:
             stage = "done"
         except (Exception, SystemExit) as exc:  # KeyboardInterrupt goes on up
             error = exc
-        kv, prefill, decode = None, None, None
+        kv, prefill, decode, values = None, None, None, ()
         if server_args is not None:
             kv, prefill, decode = (st.resolution_result(server_args, f) for f in
                                    ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend"))
-    return startup.result(error, stage, kv, (prefill, decode), iso.lines, st.package_dir)
+            values = tuple((f, _plain(st.resolution_result(server_args, f))) for f in case.reads)
+    return startup.result(error, stage, kv, (prefill, decode), _routing_lines(iso.lines, case), st.package_dir,
+                          {"values": values})
+
+
+def _routing_lines(lines, case) -> list[str]:
+    """The routing lines of the case's model class, of those captured for every class."""
+    if case.routing == "dsa":
+        return startup.lines_for(lines, ROUTING_FUNCTIONS)
+    routing = registry.ROUTING[case.routing]
+    return startup.lines_for(lines, routing.functions, routing.deprecated)
+
+
+def _plain(value):
+    """A resolved field as a plain value (an enum member: its value)."""
+    value = getattr(value, "value", value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)

@@ -16,20 +16,25 @@ import itertools
 from engine.analysis.outcomes import cube_json, cube_text, factor, minimize, minimize_known
 from engine.values import show
 
-FIELDS = ("acceptance", "message", "exception", "kv_cache_dtype", "backends", "log")
+FIELDS = ("acceptance", "message", "exception", "kv_cache_dtype", "backends", "values", "log")
 
 
 def sides(policy, decision, result) -> tuple[dict, dict]:
-    """The comparable fields of each side."""
+    """The comparable fields of each side: acceptance, the first refusal, the KV dtype, the
+    prefill and decode backends, the other fields the policy decides (`values`: those the driver
+    read back, Case.reads) and the log."""
     b = decision.backends
+    compared = {"kv_cache_dtype"} | {policy.phases[ph].input for ph in ("prefill", "decode") if ph in policy.phases}
+    theirs_values = tuple((f, v) for f, v in result.values if f not in compared)
     ours = {"ok": decision.ok, "message": decision.error, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
-            "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log)}
+            "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log),
+            "values": tuple((f, decision.config.get(f)) for f, _ in theirs_values)}
     if not decision.ok:
         first = decision.violations[0]
         ours["check"], ours["exception"] = first.check, first.raises
     theirs = {"ok": result.ok, "message": result.message, "kv_cache_dtype": result.kv_cache_dtype,
               "backends": tuple(result.backends), "log": tuple(result.log), "where": result.where,
-              "stage": result.stage, "exception": result.error_type}
+              "stage": result.stage, "exception": result.error_type, "values": theirs_values}
     return ours, theirs
 
 
@@ -38,7 +43,7 @@ def differing(ours: dict, theirs: dict) -> list[str]:
     if ours["ok"] != theirs["ok"]:
         out = ["acceptance"]
     elif ours["ok"]:
-        out = [f for f in ("kv_cache_dtype", "backends") if ours[f] != theirs[f]]
+        out = [f for f in ("kv_cache_dtype", "backends", "values") if ours[f] != theirs[f]]
     else:
         out = [f for f in ("message", "exception") if ours[f] != theirs[f]]
     if ours["log"] != theirs["log"]:
@@ -84,6 +89,8 @@ def group_key(fields: list[str], ours: dict, theirs: dict) -> tuple:
                       if a != b]
         elif f == "kv_cache_dtype":
             parts.append(("kv_cache_dtype", ours[f], theirs[f]))
+        elif f == "values":
+            parts += [(name, a, b) for (name, a), (_, b) in zip(ours["values"], theirs["values"]) if a != b]
         else:  # log: which side has more lines, and the rule that decided the policy's outcome
             parts.append(("log", ours.get("check") or ("accepted" if ours["ok"] else ""),
                           (len(ours["log"]) > len(theirs["log"])) - (len(ours["log"]) < len(theirs["log"]))))
@@ -112,6 +119,8 @@ def _example(names, combo, case, ours, theirs) -> dict:
         if s["ok"]:
             out["kv_cache_dtype"] = s["kv_cache_dtype"]
             out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
+            if s["values"]:
+                out["values"] = dict(s["values"])
         else:
             out["message"], out["exception"] = s["message"], s["exception"]
         out["log"] = list(s["log"])
@@ -121,9 +130,12 @@ def _example(names, combo, case, ours, theirs) -> dict:
             out["where"] = s["where"]
         return out
 
-    return {"config": dict(zip(names, combo)), "argv": list(case.argv), "architecture": case.architecture,
-            "platform": case.platform, "capability": list(case.capability),
-            "policy": side(ours), "sglang": side(theirs)}
+    out = {"config": dict(zip(names, combo)), "argv": list(case.argv), "architecture": case.architecture,
+           "platform": case.platform, "capability": list(case.capability),
+           "policy": side(ours), "sglang": side(theirs)}
+    if case.env:
+        out["env"] = dict(case.env)
+    return out
 
 
 def _verdict(policy, decision, cases, results):

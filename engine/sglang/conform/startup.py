@@ -97,21 +97,29 @@ def without_post_init(server_args_class, namespace):
 # -- one case's side effects ---------------------------------------------------------------------
 class LogCapture(logging.Handler):
     """The routing log of the case being run: the WARNING records of `functions`
-    (protocol.is_routing_record). Installed on the "sglang" logger once per process, with the
-    logger's level set to WARNING whatever the host configured, so the records are made. Set
-    once: `Logger.setLevel` clears every logger's cache, ~1 ms with SGLang's hundreds of loggers."""
+    (protocol.is_routing_record), as (function, text). Installed on the "sglang" logger once per
+    process, with the logger's level set to WARNING whatever the host configured, so the records
+    are made. Set once: `Logger.setLevel` clears every logger's cache, ~1 ms with SGLang's
+    hundreds of loggers."""
 
-    def __init__(self, functions):
+    def __init__(self, functions, deprecated=("--nsa-",)):
         super().__init__(logging.WARNING)
-        self.functions = frozenset(functions)
-        self.lines: list[str] | None = None  # None between cases
+        self.functions, self.deprecated = frozenset(functions), tuple(deprecated)
+        self.lines: list[tuple] | None = None  # None between cases
         logger = logging.getLogger("sglang")
         logger.setLevel(logging.WARNING)
         logger.addHandler(self)
 
     def emit(self, record):
-        if self.lines is not None and is_routing_record(record, self.functions):
-            self.lines.append(record.getMessage())
+        if self.lines is not None and is_routing_record(record, self.functions, self.deprecated):
+            self.lines.append((record.funcName, record.getMessage()))
+
+
+def lines_for(lines, functions, deprecated=("--nsa-",)) -> list[str]:
+    """The texts of the captured (function, text) lines that are routing lines of `functions`
+    (a model class's routing, where a driver captures several classes' at once)."""
+    return [text for func, text in lines if func in functions
+            and (func != "print_deprecated_warning" or any(d in text for d in deprecated))]
 
 
 _ENV_DATA = getattr(os.environ, "_data", None)  # CPython's raw mapping: a cheap snapshot
@@ -174,10 +182,12 @@ def package_dir() -> str:
 
 def result(error, stage: str, kv, backends, lines, package: str, extra=None) -> Result:
     """The Result of a case that ended at `stage` (with `error`, or None when it ran to its end)."""
+    log = tuple(line if isinstance(line, str) else line[1] for line in lines)
+    values = tuple((extra or {}).pop("values", ()))
     if error is None:
-        return Result(ok=True, message=None, kv_cache_dtype=kv, backends=backends, log=tuple(lines),
-                      stage="done", extra=extra or {})
-    return Result(ok=False, message=str(error), kv_cache_dtype=kv, backends=backends, log=tuple(lines),
+        return Result(ok=True, message=None, kv_cache_dtype=kv, backends=backends, log=log,
+                      stage="done", values=values, extra=extra or {})
+    return Result(ok=False, message=str(error), kv_cache_dtype=kv, backends=backends, log=log,
                   stage=stage, where=where_raised(error, package),
                   error_type="SystemExit" if isinstance(error, ParserError) else type(error).__name__,
-                  extra=extra or {})
+                  values=values, extra=extra or {})
