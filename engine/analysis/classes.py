@@ -22,6 +22,7 @@ import itertools
 from engine.language import conditions
 
 _LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
+_COMPUTED = (conditions.InputRef, conditions.Product)
 _IF, _FORK, _READ, _FIRST, _SET, _SRC, _USER, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(14)
 
 
@@ -237,8 +238,18 @@ class Classes:
                         break
                     pc = op[3] if kind == _IF and not hit[1] else pc + 1
                 elif kind == _SET:
+                    value = op[2]
+                    if isinstance(value, _COMPUTED):  # one value per class: split to single values first
+                        split = self.single(value, cube, consts)
+                        if split is not None:
+                            a, groups = split
+                            for g in reversed(groups):
+                                stack.append((pc, cube[:a] + (g,) + cube[a + 1:], consts, sources, viol, scope,
+                                              reads))
+                            break
+                        value = conditions.operand_value(value, self.env_of(value, cube, consts))
                     consts = dict(consts)
-                    consts[op[1]] = op[2]
+                    consts[op[1]] = value
                     pc += 1
                 elif kind == _SRC:
                     sources = sources[:op[1]] + (op[2],) + sources[op[1] + 1:]
@@ -274,6 +285,18 @@ class Classes:
                 return None
         leaves.sort(key=lambda leaf: tuple(s[0] for s in leaf[0]))
         return leaves
+
+    def single(self, operand, cube, consts):
+        """None when every input a computed value reads has one value on the cube; else the first
+        axis that has more, as (axis, one group per value)."""
+        for name in sorted(conditions.operand_inputs(operand)):
+            if name not in consts and len(cube[self.axis[name]]) > 1:
+                return self.axis[name], [(i,) for i in cube[self.axis[name]]]
+        return None
+
+    def env_of(self, operand, cube, consts) -> dict:
+        return {name: consts[name] if name in consts else self.domains[self.axis[name]][cube[self.axis[name]][0]]
+                for name in conditions.operand_inputs(operand)}
 
     def value(self, test: Test, bind, cube, consts, sources) -> tuple:
         """(False, result) when `test` gives one result on the whole cube, else (True, axis, groups):

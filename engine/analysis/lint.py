@@ -22,7 +22,7 @@ behaviour: it is not reported.
 from __future__ import annotations
 
 import engine.language.interpreter as interpret
-from engine.language.conditions import Cond
+from engine.language.conditions import Cond, operand_inputs
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
@@ -112,6 +112,8 @@ def _unused_inputs(policy) -> list[Problem]:
             cond(rule.when)
             if rule.require is not None:
                 cond(rule.require)
+            for value in rule.set.values():  # a computed value reads its inputs
+                read.update(operand_inputs(value))
             for tpl in (rule.log, rule.message):
                 if tpl is not None:
                     read.update(f.name for f in tpl.fields)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from engine.language.conditions import Cond, TrueCond
+from engine.language.conditions import Cond, TrueCond, operand_py
 from engine.language.rules import Rule, Table
 from engine.language.templates import Literal, render_field
 
@@ -95,7 +95,7 @@ def compile_probe(policy, count: bool = True) -> tuple[str, dict]:
                     for line in finish:
                         e.emit(f"    {line}")
                 for name, value in rule.set.items():
-                    e.emit(f"{var[name]} = {value!r}")
+                    e.emit(f"{var[name]} = {operand_py(value, var)}")
                     phase = inputs[name].phase
                     if phase is not None:
                         e.emit(f"s_{phase} = {rule.name!r}")

@@ -9,7 +9,9 @@ A condition is a mapping; its entries all hold (AND):
     any: [cond, ...]   all: [cond, ...]   not: cond
     user_set: {phase: bool, ...}  whether the user set that phase's backend
 Operands of comparisons may be {input: NAME}, the current value of another input, or
-{product: [n | {input: NAME}, ...]}, a product of integers and inputs (unset when a factor is).
+{product: [n | {input: NAME}, ...]}, a product of integers and inputs (unset when a factor is), or
+{quotient: [...]}, the first factor floor-divided by the others in turn (unset when a factor is
+unset or a divisor is 0). The same operands give a resolve rule's `set` a computed value.
 """
 from __future__ import annotations
 
@@ -56,6 +58,59 @@ class Product(Frozen):
         return {f.name for f in self.factors if isinstance(f, InputRef)}
 
 
+class Quotient(Product):
+    """An operand: the first factor floor-divided by each of the others, as Python's `//`."""
+
+    __slots__ = ()
+
+    def value(self, env):
+        values = [env.get(f.name) if isinstance(f, InputRef) else f for f in self.factors]
+        if any(v is None for v in values) or 0 in values[1:]:
+            return None
+        out = values[0]
+        for v in values[1:]:
+            out //= v
+        return out
+
+    def py(self, names) -> str:
+        parts = [names[f.name] if isinstance(f, InputRef) else repr(f) for f in self.factors]
+        guard = [f"{p} is None" for p, f in zip(parts, self.factors) if isinstance(f, InputRef)]
+        guard += [f"{p} == 0" for p in parts[1:] if not p.lstrip("-").isdigit()]
+        if any(p == "0" for p in parts[1:]):
+            return "None"
+        body = " // ".join(parts)
+        return f"(None if {' or '.join(guard)} else {body})" if guard else f"({body})"
+
+    def words(self) -> str:
+        return " // ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
+
+
+def operand_value(operand, env):
+    """A `set` value or comparison operand, evaluated: an input's current value, a product or a
+    quotient, or the constant itself."""
+    if isinstance(operand, InputRef):
+        return env.get(operand.name)
+    return operand.value(env) if isinstance(operand, Product) else operand
+
+
+def operand_py(operand, names) -> str:
+    if isinstance(operand, InputRef):
+        return names[operand.name]
+    return operand.py(names) if isinstance(operand, Product) else repr(operand)
+
+
+def operand_words(operand) -> str:
+    if isinstance(operand, InputRef):
+        return operand.name
+    return operand.words() if isinstance(operand, Product) else _word(operand)
+
+
+def operand_inputs(operand) -> set:
+    if isinstance(operand, InputRef):
+        return {operand.name}
+    return operand.inputs() if isinstance(operand, Product) else set()
+
+
 class Cond(Frozen):
     """Base of the condition tree: eval(env, user_set) -> bool; py(names): a Python expression over
     the local names in `names` (input -> variable); words(); explain(): (holds, words) per leaf
@@ -94,11 +149,6 @@ class Test(Cond):
     FIELDS = ("input", "op", "operand", "path")  # operand: a scalar, a frozenset (in/not_in), a bool (set) or an InputRef
     __slots__ = FIELDS
 
-    def _value(self, operand, env):
-        if isinstance(operand, InputRef):
-            return env.get(operand.name)
-        return operand.value(env) if isinstance(operand, Product) else operand
-
     def eval(self, env, user_set):
         value = env.get(self.input)
         op = self.op
@@ -108,7 +158,7 @@ class Test(Cond):
             return value in self.operand
         if op == "not_in":
             return value not in self.operand
-        other = self._value(self.operand, env)
+        other = operand_value(self.operand, env)
         if op == "==":
             return _same(value, other)
         if op == "!=":

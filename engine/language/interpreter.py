@@ -18,6 +18,7 @@ A stage's condition is read once, when the stage starts.
 """
 from __future__ import annotations
 
+from engine.language.conditions import operand_inputs, operand_value, operand_words
 from engine.language.decision import Decision
 from engine.language.record import Record
 
@@ -141,8 +142,10 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=(), p
                 return finish()
             done = ["requirement holds"] if rule.require is not None else []
             for name, value in rule.set.items():
-                env[name] = value
-                done.append(f"{name} = {value}")
+                computed = operand_inputs(value)
+                shown = f"{operand_words(value)} = " if computed else ""
+                value = env[name] = operand_value(value, env)
+                done.append(f"{name} = {shown}{value}")
                 phase = policy.inputs[name].phase
                 if phase is not None:
                     sources[phase] = rule.name

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from engine.language.conditions import COMBINATORS, All, Any, InputRef, Not, Product, Test, TrueCond, UserSet, conj
+from engine.language.conditions import (COMBINATORS, All, Any, InputRef, Not, Product, Quotient, Test, TrueCond,
+                                        UserSet, conj, operand_inputs)
 from engine.errors import PolicyError, Problem
 from engine.language.record import Record
 from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseSpec, Rule, Stage, Table, Upstream
@@ -385,9 +386,8 @@ class Builder:
             else:
                 if op in (">=", ">", "<=", "<", "multiple_of") and spec.type != "int":
                     self.problem("E308", f"'{op}' compares numbers but '{name}' is {spec.type}", opath, key=True)
-                if isinstance(operand, dict) and "product" in operand:
-                    operand = Product(tuple(self._factor(f, scope, opath + ("product", i))
-                                            for i, f in enumerate(operand["product"])))
+                if isinstance(operand, dict) and ("product" in operand or "quotient" in operand):
+                    operand = self._arith(operand, scope, opath)
                 elif isinstance(operand, dict):
                     operand = self._ref(operand["input"], spec, name, scope, opath + ("input",))
                 elif op == "multiple_of":
@@ -405,6 +405,11 @@ class Builder:
         elif spec is not None and other.type != spec.type:
             self.problem("E308", f"'{name}' ({spec.type}) compared with '{ref}' ({other.type})", path)
         return InputRef(ref)
+
+    def _arith(self, operand: dict, scope: dict, path: tuple) -> Product:
+        """{product: [...]} or {quotient: [...]}, its factors checked."""
+        op, cls = ("product", Product) if "product" in operand else ("quotient", Quotient)
+        return cls(tuple(self._factor(f, scope, path + (op, i)) for i, f in enumerate(operand[op])))
 
     def _factor(self, factor, scope: dict, path: tuple):
         """A factor of a product: an integer, or an int input's current value."""
@@ -491,13 +496,43 @@ class Builder:
                 self.problem("E301", f"cannot set unknown input '{key}'", path + ("set", key), key=True,
                              hint=did_you_mean(key, self.parts.inputs))
                 continue
-            if self._value(spec, value, path + ("set", key)):
+            if isinstance(value, dict):  # a computed value: another input's, a product, a quotient
+                computed = self._computed(spec, value, path + ("set", key))
+                clash = sorted(operand_inputs(computed) & set(r["set"])) if computed is not None else ()
+                if clash:  # the order of one rule's writes would matter: there is none
+                    self.problem("E308", f"'{key}' is computed from {', '.join(clash)}, which this rule "
+                                 "also sets; set it in a rule of its own", path + ("set", key))
+                elif computed is not None:
+                    rule.set[key] = computed
+            elif self._value(spec, value, path + ("set", key)):
                 rule.set[key] = value
         rule.log = self.template(r.get("log"), path + ("log",), self._fields())
         if "require" in r:
             rule.require = self.cond(r["require"], path + ("require",))
             rule.message = self.template(r.get("message"), path + ("message",), self._fields())
             rule.raises = r.get("raises", rule.raises)
+
+    def _computed(self, spec: InputSpec, value: dict, path: tuple):
+        """A `set` value computed from the inputs' current values: {input: NAME} of the same type,
+        or an integer {product: [...]} / {quotient: [...]} for an int input that may be unset when
+        its result can be (a factor nullable, or a divisor that can be 0)."""
+        scope = self.parts.inputs
+        if "input" in value:
+            return self._ref(value["input"], spec, spec.name, scope, path + ("input",))
+        if spec.type != "int":
+            self.problem("E308", f"'{spec.name}' is {spec.type}, but a product or quotient is an integer", path)
+            return None
+        operand = self._arith(value, scope, path)
+        refs = [scope[n] for n in operand.inputs() if n in scope]
+        divisors = operand.factors[1:] if isinstance(operand, Quotient) else ()
+        may_be_unset = any(r.nullable for r in refs) or any(
+            f == 0 if not isinstance(f, InputRef) else
+            f.name in scope and (scope[f.name].minimum is None or scope[f.name].minimum < 1) for f in divisors)
+        if may_be_unset and not spec.nullable:
+            self.problem("E308", f"'{spec.name}' is never unset (not nullable), but {operand.words()} "
+                         "can be (an input it reads is nullable, or a divisor can be 0)", path)
+            return None
+        return operand
 
     def _defaults_rule(self, rule: Rule, r: dict, path: tuple):
         for phase, backend in r["set"].items():
