@@ -119,6 +119,8 @@ def _unused_inputs(policy) -> list[Problem]:
                     read.update(f.name for f in tpl.fields)
     for table in _tables(policy):
         read |= table.keys_read()
+    for _, scope in policy.scope:  # an input that only says what a version leaves out is read too
+        cond(scope)
     out = []
     for name, spec in policy.inputs.items():
         if spec.phase is None and name not in read:

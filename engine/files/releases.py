@@ -47,6 +47,10 @@ def resolve(ref: str, files, load) -> tuple[str, str]:
     release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()
     table = modelled(files, load)
     found = table.get(release, [])
+    if len(found) > 1:  # one version per family: as one policy, the family that routes DSA models
+        families = {load(path, display).family for _, path, display in found}
+        if len(families) == len(found):
+            found = [f for f in found if "dsa" in load(f[1], f[2]).models] or found
     if len(found) == 1:
         return found[0][1], found[0][2]
     listed = ", ".join(sorted(table, key=release_key)) or "none"

@@ -96,7 +96,9 @@ ARCHITECTURES = {a.name: a for a in (
     Architecture("HYV4ForCausalLMNextN", "dsa", None, "0.5.20"),
     # is_deepseek_v4; V4.1 is told by model_type (MODEL_TYPES)
     Architecture("DeepseekV4ForCausalLM", "dsv4", "deepseek_v4", "0.5.12"),
-    Architecture("DeepseekV4ForCausalLMNextN", "dsv4", "deepseek_v4", "0.5.12"),
+    # a draft architecture loaded as the main model: a V4 model for HiSparse, but none of the V4
+    # overrides (they test architectures[0] == "DeepseekV4ForCausalLM")
+    Architecture("DeepseekV4ForCausalLMNextN", "dsv4", "deepseek_v4_nextn", "0.5.12"),
     Architecture("DeepseekV4ForCausalLMDSpark", "dsv4", "deepseek_v4_dspark", "0.5.16"),
     # is_minimax_sparse
     Architecture("MiniMaxM3SparseForCausalLM", "minimax_m3", "minimax_m3", "0.5.14"),

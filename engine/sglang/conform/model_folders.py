@@ -36,6 +36,8 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "LlamaForCausalLM": ("LlamaConfig", {}),
     # written as plain JSON (RAW): the fields SGLang's own config classes need to load the model
     "DeepseekV4ForCausalLM": (None, {}),
+    "DeepseekV4ForCausalLMNextN": (None, {}),
+    "DeepseekV4ForCausalLMDSpark": (None, {}),
     "DeepseekV41ForCausalLM": (None, {}),
     "MiniMaxM3SparseForCausalLM": (None, {}),
 }
@@ -47,6 +49,8 @@ _V4 = {"sliding_window": 128, "index_head_dim": 128, "num_hidden_layers": 4}
 RAW = {
     "DeepseekV4ForCausalLM": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
                               "compress_ratios": [0, 4, 128, 4], **_V4},
+    **{arch: {"architectures": [arch], "model_type": "deepseek_v4", "compress_ratios": [0, 4, 128, 4], **_V4}
+       for arch in ("DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")},
     "DeepseekV41ForCausalLM": {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
                                "compress_ratios": [1, 2, 4, 128], **_V4},
     "MiniMaxM3SparseForCausalLM": {

@@ -24,16 +24,23 @@ def sides(policy, decision, result) -> tuple[dict, dict]:
     prefill and decode backends, the other fields the policy decides (`values`: those the driver
     read back, Case.reads) and the log."""
     b = decision.backends
-    compared = {"kv_cache_dtype"} | {policy.phases[ph].input for ph in ("prefill", "decode") if ph in policy.phases}
-    theirs_values = tuple((f, v) for f, v in result.values if f not in compared)
+    # a DSA policy's prefill and decode phases are SGLang's DSA backends (Result.backends); another
+    # class's phases hold other fields, read back with the rest (Result.values)
+    dsa = "dsa" in policy.models
+    compared = {"kv_cache_dtype"} | {policy.phases[ph].input for ph in ("prefill", "decode")
+                                     if dsa and ph in policy.phases}
+    # an input the decision leaves unset is SGLang's own default there (chunked_prefill_size: the
+    # GPU's), which the policy does not model: not compared
+    theirs_values = tuple((f, v) for f, v in result.values
+                          if f not in compared and decision.config.get(f) is not None)
     ours = {"ok": decision.ok, "message": decision.error, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
-            "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log),
+            "backends": (b.get("prefill"), b.get("decode")) if dsa else (), "log": tuple(decision.log),
             "values": tuple((f, decision.config.get(f)) for f, _ in theirs_values)}
     if not decision.ok:
         first = decision.violations[0]
         ours["check"], ours["exception"] = first.check, first.raises
     theirs = {"ok": result.ok, "message": result.message, "kv_cache_dtype": result.kv_cache_dtype,
-              "backends": tuple(result.backends), "log": tuple(result.log), "where": result.where,
+              "backends": tuple(result.backends) if dsa else (), "log": tuple(result.log), "where": result.where,
               "stage": result.stage, "exception": result.error_type, "values": theirs_values}
     return ours, theirs
 
@@ -118,7 +125,8 @@ def _example(names, combo, case, ours, theirs) -> dict:
         out = {"ok": s["ok"]}
         if s["ok"]:
             out["kv_cache_dtype"] = s["kv_cache_dtype"]
-            out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
+            if s["backends"]:  # a DSA policy's (another class's phases are among the values)
+                out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
             if s["values"]:
                 out["values"] = dict(s["values"])
         else:
