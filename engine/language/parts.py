@@ -491,7 +491,7 @@ class Builder:
             rule = Rule(stage, i, name, self.cond(r.get("when"), path + ("when",), stage == "checks"
                                                   and r.get("for_each") == "phase"),
                         description=(r.get("description") or "").strip(), path=path,
-                        line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}))
+                        line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}), part=r.get("part"))
             getattr(self, f"_{stage}_rule")(rule, r, path)
             rules.append(rule)
         return Stage(stage, self.cond(raw.get("when"), spath + ("when",)), rules,
