@@ -203,3 +203,64 @@ def test_the_auto_backend_alone_answers_as_sglangs(sglang_0523, monkeypatch, mod
     assert routed == native
     assert native == ("flashmla_mega" if (model_type, major, tp) == ("deepseek_v41", 10, 1)
                       and (layout or "v41").lower() in ("v41", "v41_new") else "flashmla")
+
+
+# -- real launches: `python -m sglang.launch_server` with the GPU stand-in (tests/test_sglang_plugin.py) ----
+
+def _launch(argv, gpu="9.0", **env):
+    """(exit code, SGLang's log messages, all output) of a real launch that stops after routing."""
+    import os
+    import re
+    import subprocess
+
+    from tests.test_sglang_plugin import _clean_env, _pythonpath
+
+    env = _clean_env(PYTHONPATH=_pythonpath(), HISPARSE_TEST_GPU=gpu, HISPARSE_TEST_ARCH_HELPERS="1", **env)
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", *argv], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+    out = proc.stdout + proc.stderr
+    return proc.returncode, [m.group(1) for m in re.finditer(r"^\[[^\]]*\] (.*)$", out, re.M)], out
+
+
+@pytest.fixture(scope="module")
+def v4_models(tmp_path_factory):
+    from engine.sglang.conform.drivers import installed_sglang
+
+    if installed_sglang()[0] != "0.5.23":
+        pytest.skip("needs SGLang 0.5.23")
+    from engine.sglang.conform.model_folders import ModelFolders
+
+    folders = ModelFolders(str(tmp_path_factory.mktemp("v4models")))
+    return {"v4": folders.path("DeepseekV4ForCausalLM"),
+            "v41": folders.path("DeepseekV41ForCausalLM", (("model_type", "deepseek_v41"),))}
+
+
+def test_a_real_v4_hisparse_launch_is_routed_by_the_shipped_policies(v4_models):
+    policy = engine.load_policy(f"{FAMILY}@13")
+    code, lines, out = _launch(["--model-path", v4_models["v4"], "--enable-hisparse", "--disable-radix-cache"],
+                               HISPARSE_POLICY=RELEASE_REF)
+    assert "Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to 256." in lines, out[-3000:]
+    at = lines.index("Setting KV cache dtype to fp8_e4m3 for DeepseekV4ForCausalLM.")
+    assert lines[at + 1:at + 3] == [
+        f"hisparse-router: DeepSeek-V4 routing decided by policy {FAMILY}@13 sha256={policy.sha256[:12]}",
+        "Setting max_running_requests to 256 for DeepseekV4ForCausalLM."]
+    assert code == 1 and "No module named 'uvicorn'" in out  # routed and checked, then stopped
+
+
+def test_a_real_v41_launch_is_refused_with_sglangs_text_and_an_edited_policy_routes_tp8(v4_models, tmp_path):
+    code, lines, out = _launch(["--model-path", v4_models["v41"], "--enable-hisparse", "--disable-radix-cache"],
+                               gpu="10.0", HISPARSE_POLICY=RELEASE_REF)
+    assert code == 1 and ("ValueError: DeepSeek-V4.1 does not support HiSparse yet; disable it to serve this "
+                          "model.") in out, out[-3000:]
+    edited = _edited(tmp_path, [
+        ("        not:\n          disaggregation_mode: \"null\"\n          enable_prefill_cp: false\n"
+         "          tp_size: {\">=\": {product: [2, {input: attn_dp_size}, {input: attn_cp_size}]}}\n", "")])
+    record = tmp_path / "decisions.jsonl"
+    code, lines, out = _launch(["--model-path", v4_models["v41"], "--tp-size", "8"], gpu="10.0",
+                               HISPARSE_POLICY=edited, HISPARSE_RECORD=str(record))
+    assert code == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # accepted: flashmla_mega at TP 8
+    import json
+
+    (entry,) = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert entry["decision"]["backends"]["dsv4_attention"] == "flashmla_mega"
+    assert entry["decision"]["tp_size"] == 8 and entry["decision"]["model_family"] == "deepseek_v41"
