@@ -6,17 +6,12 @@ torch has (one gather from the host pool and one scatter into the buffer, as 8-b
 step's rows are recorded from the translate itself and then copied again, timed (CPU time, one
 thread) right after it; before each of the two a large buffer is written, so that neither finds
 the rows in the cache. The ratio is the median of the steps' ratios (paired, as a slow stretch of
-the machine weighs on both of a step's timings); the ratio of the medians is recorded beside.
-
-A CPU HotBuffer keeps its LRU bookkeeping in C where that was built (kernels_bridge/native.py):
-the figures say which ran, and the FP8 case is measured again on the tensor code beside it."""
+the machine weighs on both of a step's timings); the ratio of the medians is recorded beside."""
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
-from unittest import mock
 
 import torch
 
@@ -50,20 +45,15 @@ def _sequence(requests: int, steps: int, seed: int = 0):
     return out
 
 
-def against_floor(requests: int, steps: int, warm: int, row_dtype=torch.uint8, tensors: bool = False) -> dict:
-    """translate vs its floor; `tensors`: the buffer keeps its bookkeeping in tensor code even
-    where the C one is built."""
-    from kernels_bridge import HotBuffer, native
+def against_floor(requests: int, steps: int, warm: int, row_dtype=torch.uint8) -> dict:
+    """translate vs its floor."""
+    from kernels_bridge import HotBuffer
 
     g = torch.Generator().manual_seed(1)
     shape = (requests, CONTEXT + warm + steps + 1, 656 if row_dtype == torch.uint8 else 576)
     pool = torch.randint(0, 255, shape, dtype=torch.uint8, generator=g) if row_dtype == torch.uint8 \
         else torch.randn(shape, generator=g).to(torch.bfloat16)
-    with contextlib.ExitStack() as stack:
-        if tensors:  # as where the C file was not built
-            for name in ("translate_long", "check_arguments"):
-                stack.enter_context(mock.patch.object(native, name, lambda: None))
-        hb = HotBuffer(pool, BUFFER)
+    hb = HotBuffer(pool, BUFFER)
     copied = []
     real_copy = hb._copy_rows
 
@@ -99,7 +89,7 @@ def against_floor(requests: int, steps: int, warm: int, row_dtype=torch.uint8, t
             ours.append(t1 - t0)
             floor.append(t3 - t2)
     s = hb.stats
-    return {"requests": requests, "steps": steps, "bookkeeping": "tensors" if hb._native is None else "C",
+    return {"requests": requests, "steps": steps, "bookkeeping": "tensors",
             "translate_ms": round(statistics.median(ours) * 1e3, 3),
             "floor_ms": round(statistics.median(floor) * 1e3, 3),
             # paired: each step's translate against the floor timed right after it, so that a
@@ -115,7 +105,6 @@ def run(quick: bool) -> str:
     threads = pin_threads()
     torch.manual_seed(0)
     main = against_floor(64, 3 if quick else 9, 2)
-    main_tensors = against_floor(64, 3 if quick else 9, 2, tensors=True)
     bf16 = against_floor(64, 2 if quick else 5, 2, torch.bfloat16)
     batches = (8, 32, 64) if quick else (8, 16, 32, 64)
     curve = {b: against_floor(b, 2 if quick else 9, 2) for b in batches}
@@ -123,7 +112,7 @@ def run(quick: bool) -> str:
               "requests", "ms per step (CPU)", list(batches),
               {"HotBuffer.translate": [curve[b]["translate_ms"] for b in batches],
                "copy floor (gather + scatter)": [curve[b]["floor_ms"] for b in batches]}, quick=quick)
-    figures = {"fp8": main, "fp8_tensor_bookkeeping": main_tensors, "bf16": bf16, "vs_batch": {str(b): v for b, v in curve.items()}, "threads": threads}
+    figures = {"fp8": main, "bf16": bf16, "vs_batch": {str(b): v for b, v in curve.items()}, "threads": threads}
     goals = {"translate_vs_copy_floor": goal(main["ratio"], 1.25, "max", "x")}
     return write_result("hotbuffer", figures, goals, quick)
 

@@ -97,22 +97,8 @@ def dequant(quick: bool) -> tuple[dict, dict]:
     row into a bf16 [n, 576] tensor. Both write into preallocated outputs, touched before the
     timing, so neither pays page faults on fresh memory (which at large sizes dominate a fresh
     output and flatter whichever side writes less); the same pair with fresh outputs is recorded
-    beside, to show that effect. One curve over several row counts, measured side by side, with
-    the torch code alone (as where the C helpers were not built) in the same alternation."""
-    from kernels_bridge import fp8
+    beside, to show that effect. One curve over several row counts, measured side by side."""
     from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8, quantize_kv_fp8
-
-    class no_c_helpers:  # what fp8.py sees where the C helpers were not built
-        @staticmethod
-        def unpack_fp8():
-            return None
-
-    def torch_only(rows, out):
-        saved, fp8.native = fp8.native, no_c_helpers
-        try:
-            return dequantize_kv_fp8(rows, out=out)
-        finally:
-            fp8.native = saved
 
     g = torch.Generator().manual_seed(3)
     sizes = DEQUANT_ROWS[:3] if quick else DEQUANT_ROWS
@@ -122,11 +108,9 @@ def dequant(quick: bool) -> tuple[dict, dict]:
         codes = rows[:, :D_QK]  # the baseline's input: as many bytes as the output has elements
         out_dq = torch.zeros(n, D_QK, dtype=torch.bfloat16)
         out_cv = torch.zeros(n, D_QK, dtype=torch.bfloat16)
-        out_torch = torch.zeros(n, D_QK, dtype=torch.bfloat16)
         repeats = max(5, (3 if quick else 9) * (16384 // n))  # small sizes: more repeats
         t = interleaved({"dequantize": lambda: dequantize_kv_fp8(rows, out=out_dq),
                          "convert": lambda: out_cv.copy_(codes),
-                         "dequantize_torch": lambda: torch_only(rows, out_torch),
                          "dequantize_fresh": lambda: dequantize_kv_fp8(rows),
                          "convert_fresh": lambda: codes.to(torch.bfloat16)}, repeats)
         written = n * D_QK * 2
@@ -135,17 +119,13 @@ def dequant(quick: bool) -> tuple[dict, dict]:
                       "dequantize_gbs": round(written / t["dequantize"] / 1e9, 2),
                       "convert_gbs": round(written / t["convert"] / 1e9, 2),
                       "ratio": round(t["convert"] / t["dequantize"], 3),
-                      "torch_ms": round(t["dequantize_torch"] * 1e3, 3),
-                      "torch_ratio": round(t["convert"] / t["dequantize_torch"], 3),
-                      "torch_gbs": round(written / t["dequantize_torch"] / 1e9, 2),
                       "fresh_dequantize_ms": round(t["dequantize_fresh"] * 1e3, 3),
                       "fresh_convert_ms": round(t["convert_fresh"] * 1e3, 3),
                       "fresh_ratio": round(t["convert_fresh"] / t["dequantize_fresh"], 3)})
     probe = rows[:4096, :512].contiguous().view(torch.float8_e4m3fn)
     cast = interleaved({"fp8_cast": lambda: probe.to(torch.float32)}, 5)["fp8_cast"]
     worst = min(point["ratio"] for point in curve)
-    helpers = "C" if fp8.native.unpack_fp8() is not None else "torch"
-    return ({"curve": curve, "sizes": list(sizes), "output": "bf16 [n, 576], preallocated", "unpacking": helpers,
+    return ({"curve": curve, "sizes": list(sizes), "output": "bf16 [n, 576], preallocated", "unpacking": "torch",
              "baseline": "uint8 -> bf16 conversion of 576 bytes a row into the same [n, 576] bf16 output",
              # what the table look-up replaces: torch's own float8_e4m3fn -> float32 conversion
              "fp8_cast_ns_per_element": round(cast / probe.numel() * 1e9, 2)},
@@ -161,8 +141,7 @@ def run(quick: bool) -> str:
     goals.update(dq_goal)
     line_plot("kernels_dequant_vs_rows", "dequantize_kv_fp8 vs a uint8 -> bf16 conversion writing the same bytes",
               "rows", "GB/s written (preallocated output)", dq["sizes"],
-              {f"dequantize_kv_fp8 ({dq['unpacking']})": [p["dequantize_gbs"] for p in dq["curve"]],
-               "dequantize_kv_fp8 (torch code alone)": [p["torch_gbs"] for p in dq["curve"]],
+              {"dequantize_kv_fp8": [p["dequantize_gbs"] for p in dq["curve"]],
                "uint8 -> bf16 conversion": [p["convert_gbs"] for p in dq["curve"]]}, logx=True, quick=quick)
     line_plot("kernels_latency_vs_topk", "CPU reference FP8 sparse decode (h_q 128)", "top-k", "ms per call",
               curves["topk"], {"batch 1": curves["decode_ms_b1"], "batch 4": curves["decode_ms_b4"]}, quick=quick)

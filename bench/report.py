@@ -98,7 +98,7 @@ def _unpacking(dq: dict) -> str:
     if dq.get("unpacking") != "C":
         return (": widening, shifting, masking and the scale product with its bf16 rounding are four "
                 "passes where the conversion is one (the C helpers were not built)")
-    return (f": the C helpers (`kernels_bridge/fp8_unpack.c`) do it in one pass a row; the torch code "
+    return (f": these figures were taken with the C helpers, since removed, doing it in one pass a row; the torch code "
             f"alone, four passes (widening, shifting, masking, the scale product with its bf16 rounding), "
             f"runs at {_curve(dq, 'torch_ratio')} in the same alternation")
 
@@ -164,7 +164,7 @@ def performance_notes() -> str:
   batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
   (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""))
     tb = h.get("fp8_tensor_bookkeeping")
-    where = {"C": "in C (`kernels_bridge/hot_buffer_lru.c`)", "tensors": "in tensor code (the C helpers were not built)"}
+    where = {"C": "in C (figures taken with the C helpers, since removed)", "tensors": "in tensor code"}
     hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
   floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
   FP8 rows; {bf16['ratio']}x for BF16 rows), with the LRU bookkeeping {where[fp8.get('bookkeeping', 'tensors')]}. The floor is the

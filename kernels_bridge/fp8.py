@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import torch
 
-from kernels_bridge import native
 from kernels_bridge.errors import ValidationError, describe
 from kernels_bridge.layout import (BF16_ROW_BYTES, D_NOPE, D_QK, D_ROPE, FP8_ROW_BYTES,  # noqa: F401
                                     NUM_TILES, SCALE_BYTES, TILE)  # the row layout, exported here too
@@ -150,11 +149,6 @@ def _unpack(raw: torch.Tensor, out: torch.Tensor) -> None:
     n = raw.shape[0]
     if n == 0:
         return
-    if raw.device.type == "cpu":
-        done = _unpack_in_c(raw, out)
-        if done == n:
-            return
-        raw, out, n = raw[done:], out[done:], n - done  # the rows C did not take
     rope = raw[:, ROPE_AT:]
     try:  # the bf16 RoPE dims read in place where the row stride allows it
         rope = rope.view(torch.bfloat16)
@@ -164,16 +158,6 @@ def _unpack(raw: torch.Tensor, out: torch.Tensor) -> None:
     if raw.device.type == "cpu" and _unpack_by_exponent(raw, out):
         return
     _unpack_by_table(raw, out, 0, n)
-
-
-def _unpack_in_c(raw: torch.Tensor, out: torch.Tensor) -> int:
-    """The rows fp8_unpack.c writes (the exponent path's bits in one pass a row): all, or up to
-    the first it cannot take (a scale off the exponent path, a NaN code); 0 where the C helpers
-    are not there or denormals are flushed."""
-    unpack = native.unpack_fp8()
-    if unpack is None or raw.stride(1) != 1 or not out.is_contiguous() or not _denormals_kept():
-        return 0
-    return unpack(raw.shape[0], raw.data_ptr(), raw.stride(0), out.data_ptr(), int(out.dtype == torch.float32))
 
 
 def _unpack_by_table(raw: torch.Tensor, out: torch.Tensor, start: int, stop: int) -> None:

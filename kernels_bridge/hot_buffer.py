@@ -75,7 +75,6 @@ from typing import Iterable, Optional, Union
 
 import torch
 
-from kernels_bridge import native
 from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES
 from kernels_bridge.layout import STAGING_BYTES, hot_buffer_bytes, slot_bytes
@@ -256,15 +255,8 @@ class HotBuffer:
         self._pos_slot = torch.full(
             (num_requests * max_seq_len + 1,), -1, dtype=self._slot_dtype, device=dev
         )
-        # On the CPU the long requests' bookkeeping runs in C where it was built (native.py); its
-        # LRU order holds slot numbers in the map's dtype, the tensor code's int64 (an index).
-        self._native = native.translate_long() if dev.type == "cpu" else None
-        self._check = native.check_arguments() if dev.type == "cpu" else None
         self._false = torch.zeros((), dtype=torch.bool, device=dev)
-        # the C check's marks, one per request, which it leaves zero
-        self._seen = torch.zeros(num_requests, dtype=torch.uint8) if self._check is not None else None
-        self._lru_init = torch.arange(buffer_size, device=dev,
-                                      dtype=torch.int64 if self._native is None else self._slot_dtype)
+        self._lru_init = torch.arange(buffer_size, device=dev, dtype=torch.int64)
         self._lru = self._lru_init.repeat(num_requests, 1)
         self._newest_pos = torch.full((num_requests,), -1, dtype=torch.int64, device=dev)
         self._seq_len = torch.zeros((num_requests,), dtype=torch.int64, device=dev)
@@ -287,8 +279,7 @@ class HotBuffer:
         # multi-megabyte tensor per step costs more in page faults than the arithmetic done in it.
         self._scratch: dict = {}
         self._scratch_views: dict = {}
-        if self._native is None:
-            self._init_tensor_path()
+        self._init_tensor_path()
 
     def _init_tensor_path(self) -> None:
         """The constants and the second LRU order only the tensor bookkeeping uses."""
@@ -550,18 +541,6 @@ class HotBuffer:
                 f"{self._buffer_size}"
             )
         rid, lens = rid.long(), lens.long()
-        if self._check is not None and n and top_k and pos.dtype in (torch.int64, torch.int32):
-            # every check, the int32 copy and the facts _apply needs in one C pass; where it
-            # finds something wrong, the tensor code below finds it again to name it
-            rid, lens, pos = rid.contiguous(), lens.contiguous(), pos.contiguous()
-            pos32 = self._ws("pos32", (n, top_k), torch.int32)  # read only by this translate
-            row_max, facts = self._ws("row_max", (n,), torch.int64), self._ws("facts", (2,), torch.int64)
-            if not self._check(n, top_k, self._num_requests, self._max_seq_len, self._buffer_size,
-                               rid.data_ptr(), lens.data_ptr(), pos.data_ptr(), int(pos.dtype == torch.int64),
-                               self._seq_len.data_ptr(), pos32.data_ptr(), row_max.data_ptr(),
-                               facts.data_ptr(), self._seen.data_ptr()):
-                n_short, rollback = facts.tolist()
-                return rid, lens, pos32, row_max, (n_short, bool(rollback))
         if n == 0 or top_k == 0:
             low = high = self._false
             row_max = torch.full((n,), -1, dtype=torch.int64, device=self._device)
@@ -622,7 +601,7 @@ class HotBuffer:
         if n_short is None:
             n_short = int((lens <= self._buffer_size).sum())
         if n_short in (0, n):  # one group: no splitting and merging
-            fn = self._translate_short if n_short else self._translate_long
+            fn = self._translate_short if n_short else self._translate_long_tensors
             out, src, dst, hits, misses = fn(rid, lens, pos, row_max)
         else:
             out = torch.empty((n, top_k), dtype=torch.int32, device=self._device)
@@ -630,7 +609,7 @@ class HotBuffer:
             short = lens <= self._buffer_size
             for rows, fn in (
                 (short.nonzero().squeeze(1), self._translate_short),
-                ((~short).nonzero().squeeze(1), self._translate_long),
+                ((~short).nonzero().squeeze(1), self._translate_long_tensors),
             ):
                 res, s, d, h, m = fn(rid[rows], lens[rows], pos[rows], row_max[rows])
                 out[rows] = res
@@ -691,37 +670,6 @@ class HotBuffer:
 
         out = pos + (pos >= 0) * (rid * self._stride).to(torch.int32)[:, None]
         return out, r * S + s, r * self._stride + s, hits, misses
-
-    def _translate_long(self, rid, lens, pos, row_max):
-        """seq_len > B: LRU over slots 0..B-1, newest token in the reserved slot B.
-
-        rid, lens, row_max int64 [g]; pos int32 [g, k]. Returns as :meth:`_translate_short`.
-        """
-        if self._native is not None:
-            return self._translate_long_native(rid, lens, pos)
-        return self._translate_long_tensors(rid, lens, pos, row_max)
-
-    def _translate_long_native(self, rid, lens, pos):
-        """:meth:`_translate_long` in C, one request at a time (hot_buffer_lru.c)."""
-        g, top_k = pos.shape
-        B, i32, i64, slot = self._buffer_size, torch.int32, torch.int64, self._slot_dtype
-        ws = self._ws
-        rid, lens, pos = rid.contiguous(), lens.contiguous(), pos.contiguous()
-        out = torch.empty((g, top_k), dtype=i32)
-        src, dst = ws("src", (g * top_k + g,), i64), ws("dst", (g * top_k + g,), i64)
-        counts = ws("counts", (2,), i64)
-        scratch = [ws("mark", (B + 1,), torch.uint8), ws("held", (B,), slot), ws("cur", (top_k,), i32),
-                   ws("cand", (top_k,), i32), ws("miss_flat", (top_k,), i64), ws("miss_slot", (top_k + 1,), slot),
-                   ws("fresh", (g,), i64)]
-        copies = self._native(
-            g, top_k, B, self._max_seq_len, self._stride, self._sink, rid.data_ptr(), lens.data_ptr(),
-            pos.data_ptr(), self._pos_slot.data_ptr(), int(slot == i32), self._slot_row.data_ptr(),
-            self._lru.data_ptr(), self._newest_pos.data_ptr(), out.data_ptr(), src.data_ptr(), dst.data_ptr(),
-            counts.data_ptr(), *(t.data_ptr() for t in scratch))
-        if copies < 0:  # validation makes this impossible: a broken invariant, not bad input
-            raise RuntimeError("hot buffer: a request had more misses than evictable slots")
-        hits, misses = counts.tolist()
-        return out, src[:copies], dst[:copies], hits, misses
 
     def _translate_long_tensors(self, rid, lens, pos, row_max):
         """:meth:`_translate_long` in whole-batch tensor passes (other devices, or no C build).

@@ -1,6 +1,4 @@
-"""The 656-byte FP8 KV row, checked at byte level against an independent encoder. Every test runs
-twice on the CPU: with the C unpacking (fp8_unpack.c) and with the tensor code only
-(tests/native_path.py)."""
+"""The 656-byte FP8 KV row, checked at byte level against an independent encoder."""
 import math
 import struct
 
@@ -11,7 +9,6 @@ import torch
 from kernels_bridge import FP8_ROW_BYTES, ValidationError, dequantize_kv_fp8, quantize_kv_fp8
 from kernels_bridge.fp8 import tile_scales
 import tests.oracles.bridge_oracle as oracle
-from tests.native_path import cpu_path  # noqa: F401 (an autouse fixture: both paths)
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
 
@@ -305,9 +302,8 @@ def test_every_code_at_the_edges_of_the_exponent_path(exponent, monkeypatch):
     _assert_same_bits(_rows_of(codes, scales))
 
 
-def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch, cpu_path):
-    """NaN codes keep the table's bits; only the block of rows holding one takes the table. In C,
-    the rows before it are unpacked in C and the tensor code starts at it."""
+def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch):
+    """NaN codes keep the table's bits; only the block of rows holding one takes the table."""
     from kernels_bridge import fp8
 
     n = 2 * fp8.EXPONENT_ROWS + 5
@@ -320,10 +316,7 @@ def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch, cpu_path):
     real = fp8._unpack_by_table
     monkeypatch.setattr(fp8, "_unpack_by_table", lambda raw, out, lo, hi: spans.append((lo, hi)) or real(raw, out, lo, hi))
     _assert_same_bits(_rows_of(codes, scales))
-    if cpu_path == "C":  # spans count from the first row C left, the one with the NaN code
-        assert spans == [(0, fp8.EXPONENT_ROWS)] * 2  # the float32 and the bf16 call
-    else:
-        assert spans == [(fp8.EXPONENT_ROWS, 2 * fp8.EXPONENT_ROWS)] * 2
+    assert spans == [(fp8.EXPONENT_ROWS, 2 * fp8.EXPONENT_ROWS)] * 2  # the float32 and the bf16 call
 
 
 def test_flushed_denormals_take_the_table():

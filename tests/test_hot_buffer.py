@@ -1,7 +1,6 @@
 """Tests of kernels_bridge.hot_buffer.HotBuffer: residency invariants, SGLang's LRU order, stats,
 errors without side effects, lifecycle, and a property test against the plain-Python LRU model
-(tests/oracles/lru_model.py), which must agree slot for slot and byte for byte. Every test runs
-twice: with the C bookkeeping of long requests and with the tensor code (tests/native_path.py)."""
+(tests/oracles/lru_model.py), which must agree slot for slot and byte for byte."""
 from __future__ import annotations
 
 import random
@@ -12,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels_bridge.hot_buffer import HotBuffer, HotBufferError, HotBufferStats
-from tests.native_path import cpu_path  # noqa: F401 (an autouse fixture: both paths)
 from tests.oracles.lru_model import LRUModel
 
 KINDS = ["bf16", "fp8"]
