@@ -12,6 +12,8 @@ NUM_TILES = D_NOPE // TILE  # 4
 SCALE_BYTES = 4 * NUM_TILES  # 16
 FP8_ROW_BYTES = D_NOPE + SCALE_BYTES + 2 * D_ROPE  # 656
 BF16_ROW_BYTES = 2 * D_QK  # 1152
+SCALES_AT = D_NOPE            # byte offset of the 4 float32 scales in an FP8 row
+ROPE_AT = D_NOPE + SCALE_BYTES  # byte offset of the 64 bf16 RoPE dims (528)
 
 HEAD_COUNTS = (64, 128)       # the head counts FlashMLA instantiates
 PREFILL_TOPK_MULTIPLE = 128   # flashmla_sparse (safe on SM90 and SM100 at both head counts)

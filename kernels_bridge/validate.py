@@ -50,6 +50,7 @@ import torch
 from kernels_bridge.errors import ValidationError, describe
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 from kernels_bridge.layout import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
+from kernels_bridge.tensor_checks import check_readable
 
 __all__ = [
     "D_QK", "D_V", "HEAD_COUNTS", "PREFILL_TOPK_MULTIPLE", "DECODE_TOPK_MULTIPLE",
@@ -247,6 +248,8 @@ def _dtype(name: str, x, dtypes: Sequence[torch.dtype], expected: str) -> None:
     if x.layout != torch.strided:  # a sparse or nested tensor has no strides to check or read
         raise ValidationError(f"{name}: expected a dense tensor (layout torch.strided); got layout "
                               f"{x.layout} ({describe(x)})", argument=name)
+    if not x.is_meta:  # a meta tensor is named by _has_data; anything else must hold its shape
+        check_readable(x, name)
 
 
 def _rank(name: str, x: torch.Tensor, ndim: int, expected: str) -> None:
