@@ -3,14 +3,11 @@ which bench/accuracy_bench.py measures and tests/test_reference.py bounds (one d
 both). They depend only on the seeds."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kernels_bridge.fp8 import quantize_kv_fp8
+from kernels_bridge.model_config import V32_SOFTMAX_SCALE as V32_SCALE  # SGLang's layer.scaling
 from kernels_bridge.reference import sparse_decode_fp8, sparse_prefill
-
-V32_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # DeepSeek-V3.2's softmax scale
 
 
 def _gen(seed):

@@ -136,7 +136,7 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None, limi
         t1 = time.perf_counter()
         if fp8:
             res = attend(decision, q.unsqueeze(1).to(device), cache, rows.unsqueeze(1),
-                         softmax_scale=w.softmax_scale, provider=w.provider)
+                         softmax_scale=w.softmax_scale, provider=w.provider, seq_lens=seq_lens)
             out = res.out[:, 0]
         else:
             res = attend(decision, q.to(device), cache, rows.unsqueeze(1), sm_scale=w.softmax_scale,

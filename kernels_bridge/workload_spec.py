@@ -13,6 +13,7 @@ from engine.values import INT_MAX
 from kernels_bridge.errors import ValidationError, shown
 from kernels_bridge.layout import (BF16_ROW_BYTES, D_QK, DECODE_TOPK_MULTIPLE, FP8_ROW_BYTES, HEAD_COUNTS,
                                    PAGE_SIZE, PREFILL_TOPK_MULTIPLE, hot_buffer_bytes)
+from kernels_bridge.model_config import V32_SOFTMAX_SCALE
 
 # The workload's knobs are SGLang's --hisparse-config names, with SGLang's defaults: top_k 2048,
 # device_buffer_size 2 * top_k.
@@ -39,7 +40,7 @@ class Workload:
     seed: int = 0
     provider: str = "auto"
     device: str = "cpu"
-    softmax_scale: float = D_QK ** -0.5
+    softmax_scale: float = V32_SOFTMAX_SCALE  # DeepSeek-V3.2's layer.scaling, as SGLang computes it
 
     @property
     def buffer(self) -> int:
