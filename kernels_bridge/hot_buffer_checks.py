@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from kernels_bridge.errors import ValidationError, describe, shown
-from kernels_bridge.layout import BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES
+from kernels_bridge.layout import ADMISSIONS, BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, KERNEL_RELEASES as RELEASES
 from kernels_bridge.tensor_checks import check_readable
 
 __all__ = ["HotBufferError", "ROW_LAYOUTS", "ADMISSIONS", "RELEASES", "Batch", "check_host_pool", "check_size",
@@ -21,10 +21,6 @@ ROW_LAYOUTS = {
     torch.uint8: ((FP8_ROW_BYTES,), "fp8"),  # V3.2 FP8 row: 512 fp8 + 4 f32 scales + 64 bf16, 656 bytes
 }
 ROW_BYTES = {"bf16": BF16_ROW_BYTES, "fp8": FP8_ROW_BYTES}
-# how SGLang admits a request: "normal" after its own prefill (warm: slots 0..B-1 hold tokens
-# 0..B-1), "disaggregated" on a decode node the prefill's KV reached through host memory (cold)
-ADMISSIONS = ("normal", "disaggregated")
-RELEASES = ("0.5.23", "0.5.12")  # the swap-in kernel's two generations (0.5.21+, up to 0.5.20)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 INT32_MAX = 2 ** 31 - 1
 _POOL = "[num_requests, max_seq_len, 576] bfloat16 or [num_requests, max_seq_len, 656] uint8"

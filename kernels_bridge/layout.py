@@ -20,6 +20,10 @@ PREFILL_TOPK_MULTIPLE = 128   # flashmla_sparse (safe on SM90 and SM100 at both 
 DECODE_TOPK_MULTIPLE = 64     # flashmla_kv (the decode kernels' B_TOPK)
 PAGE_SIZE = 64                # HiSparse's page: the hot buffer views as FlashMLA's paged cache
 STAGING_BYTES = 8 << 20       # a hot-buffer copy's staging: about 12k FP8 or 7k BF16 rows per chunk
+# how SGLang admits a request: "normal" after its own prefill (warm: slots 0..B-1 hold tokens
+# 0..B-1), "disaggregated" on a decode node the prefill's KV reached through host memory (cold)
+ADMISSIONS = ("normal", "disaggregated")
+KERNEL_RELEASES = ("0.5.23", "0.5.12")  # the swap-in kernel's two generations (0.5.21+, up to 0.5.20)
 
 
 STEP_BYTES_PER_SLOT = 256     # a step's temporaries: at most 32 int64 values a slot of every request
