@@ -113,14 +113,12 @@ def performance_notes() -> str:
     h_goals = h["goals"]
     e, h, m = e["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
-    k_goals = k["goals"]
-    rates, dq, a = k["figures"]["rates"], k["figures"]["dequant"], m["attend_32k_x8"]
+    rates, a = k["figures"]["rates"], m["attend_32k_x8"]
 
     def span(key: str) -> str:  # the range over the batch sizes measured
         lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
         return lo if lo == hi else f"{lo}-{hi}"
 
-    fp8, bf16, batch = h["fp8"], h["bf16"], h["vs_batch"]
     mb = 1e6
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
@@ -148,36 +146,8 @@ def performance_notes() -> str:
   v9 -> v10 diff {an['diff_v9_v10_uncached']['cpu_s']} s. On a synthetic policy of
   {an['large_configs']:,} configs (v8 with two top-k values, `bench/engine_bench.py`):
   its deep lint {an['check_large']['cpu_s']} s, its diff from v8 {an['diff_v8_large']['cpu_s']} s.""")
-    sg = dq["modes"]["sglang"]
-    lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
-  decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
-  `torch.matmul` on the same FLOPs. FP8 rows are dequantised without a table, whatever their scales
-  (SGLang's raw amax/448 or FlashMLA's powers of two): each code's sign and 7 magnitude bits are
-  moved into a float16's bits, widened and multiplied by the scale times 2^8 in float32, then
-  rounded to bf16, bit-identical to a table of code values (torch's own float8 -> float32
-  conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a baseline that writes the same
-  bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same preallocated bf16 [n, 576]
-  output), `dequantize_kv_fp8` runs at {_mode_curves(dq, 'ratio')} of its speed from
-  {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(sg, 'dequantize_gbs')} GB/s written against {_curve(sg, 'convert_gbs')} GB/s with
-  SGLang's scales; `bench/results/kernels_dequant_vs_rows.png`): five passes (widening, shifting,
-  masking, to float32, the scale product) and the bf16 rounding against the conversion's one. With
-  fresh outputs instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows
-  ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
-  {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
-  (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""))
-    hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
-  floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
-  {fp8['miss_rate']:.0%} misses, FP8 rows; {bf16['ratio']}x for BF16 rows; {batch[min(batch, key=int)]['ratio']}x at {min(batch, key=int)} requests to
-  {batch[max(batch, key=int)]['ratio']}x at {max(batch, key=int)}: `hotbuffer_vs_batch.png`), as SGLang fills it (warm admission, the new
-  tokens written on the device). The floor is the copy no translation can avoid: the same rows, one
-  gather and one scatter of 8-byte words, timed with the rows out of the cache, right after each
-  step; the ratio is the median of the steps' ratios. The bookkeeping is whole-batch tensor passes
-  over int32 values, masks as arithmetic (a select a multiplication, a sign test a shift).""")
-    if "translate_vs_copy_floor" in missed:
-        hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): besides the copy,
-  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping.""")
-    lines.append(hot)
+    lines.append(_kernels_note(k, span, missed))
+    lines.append(_hot_buffer_note(h_goals, h, missed))
     for key in missed:  # a goal missed in this run without a note of its own above
         if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):
             g = next(r["goals"][key] for r in (_load("engine"), _load("kernels")) if key in r["goals"])
@@ -197,6 +167,47 @@ def performance_notes() -> str:
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
   it on a GPU machine as [bridge.md](bridge.md#the-gpu-check) says.""")
     return "\n".join(lines)
+
+
+def _kernels_note(k: dict, span, missed: list) -> str:
+    """The reference kernels' and the dequantisation's paragraph."""
+    k_goals, dq = k["goals"], k["figures"]["dequant"]
+    sg = dq["modes"]["sglang"]
+    return (f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
+  decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
+  `torch.matmul` on the same FLOPs. FP8 rows are dequantised without a table, whatever their scales
+  (SGLang's raw amax/448 or FlashMLA's powers of two): each code's sign and 7 magnitude bits are
+  moved into a float16's bits, widened and multiplied by the scale times 2^8 in float32, then
+  rounded to bf16, bit-identical to a table of code values (torch's own float8 -> float32
+  conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a baseline that writes the same
+  bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same preallocated bf16 [n, 576]
+  output), `dequantize_kv_fp8` runs at {_mode_curves(dq, 'ratio')} of its speed from
+  {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(sg, 'dequantize_gbs')} GB/s written against {_curve(sg, 'convert_gbs')} GB/s with
+  SGLang's scales; `bench/results/kernels_dequant_vs_rows.png`): five passes (widening, shifting,
+  masking, to float32, the scale product) and the bf16 rounding against the conversion's one. With
+  fresh outputs instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows
+  ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
+  {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
+  (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""))
+
+
+def _hot_buffer_note(h_goals: dict, h: dict, missed: list) -> str:
+    """The hot buffer's paragraph."""
+    fp8, bf16, batch = h["fp8"], h["bf16"], h["vs_batch"]
+    mb = 1e6
+    hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
+  floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
+  {fp8['miss_rate']:.0%} misses, FP8 rows; {bf16['ratio']}x for BF16 rows; {batch[min(batch, key=int)]['ratio']}x at {min(batch, key=int)} requests to
+  {batch[max(batch, key=int)]['ratio']}x at {max(batch, key=int)}: `hotbuffer_vs_batch.png`), as SGLang fills it (warm admission, the new
+  tokens written on the device). The floor is the copy no translation can avoid: the same rows, one
+  gather and one scatter of 8-byte words, timed with the rows out of the cache, right after each
+  step; the ratio is the median of the steps' ratios. The bookkeeping is whole-batch tensor passes
+  over int32 values, masks as arithmetic (a select a multiplication, a sign test a shift).""")
+    if "translate_vs_copy_floor" in missed:
+        hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): besides the copy,
+  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping.""")
+    return hot
 
 
 def headline() -> str:

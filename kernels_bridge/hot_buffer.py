@@ -141,9 +141,10 @@ class HotBuffer:
         self._admission = check_choice("admission", admission, ADMISSIONS)
         self._release = check_choice("release", release, RELEASES)
         dev = resolve_device(device, "device", HotBufferError)
-        if num_requests * max_seq_len >= INT32_MAX:
+        if num_requests * max_seq_len + buffer_size >= INT32_MAX:
             raise HotBufferError(f"host_pool: {num_requests} x {max_seq_len} positions; expected num_requests * "
-                                 f"max_seq_len < {INT32_MAX} (positions are indexed as int32)", argument="host_pool")
+                                 f"max_seq_len + buffer_size < {INT32_MAX} (positions are indexed as int32)",
+                                 argument="host_pool")
         if num_requests * (buffer_size + page_size) > INT32_MAX:
             raise HotBufferError(f"num_requests * (buffer_size + page_size) = {num_requests * (buffer_size + page_size)}; "
                                  f"expected <= {INT32_MAX} (translated rows are int32)", argument="buffer_size")
@@ -265,14 +266,14 @@ class HotBuffer:
         """int64 ``[buffer_size + 1]``: the position held by each LRU slot of ``req_id`` and, last,
         by its reserved slot; -1 where empty. A copy."""
         r, st = self._req(req_id), self._state
-        rows = st.slot_row[r].long()
-        pos = torch.where(rows == st.sink, -1, rows - r * st.S)
+        rows = st.slot_rows(r)
+        pos = torch.where(rows == st.empty, -1, rows - r * st.S)
         return torch.cat([pos, st.newest[r: r + 1]]).cpu()
 
     def lru_order(self, req_id: int) -> torch.Tensor:
         """int64 ``[buffer_size]``: the LRU slots of ``req_id``, least- to most-recently used
         (eviction takes from the front). A copy."""
-        return self._state.lru[self._req(req_id)].to("cpu", torch.int64, copy=True)
+        return self._state.lru(self._req(req_id)).to("cpu", copy=True)
 
     # ------------------------------------------------------------------ lifecycle
     def free(self, req_ids: IntArg) -> None:

@@ -64,7 +64,7 @@ def _cat(*moves: Moves) -> Moves:
 
 def admit_and_write(st: State, rid: torch.Tensor, lens: torch.Tensor, admission: str) -> Writes:
     """Admit the requests seen for the first time, then write every new token; updates the
-    state (slot_row, newest, seq_len) and returns the rows to move."""
+    state (words, newest, seq_len) and returns the rows to move."""
     B, S, W = st.B, st.S, st.W
     last = st.seq_len.index_select(0, rid)
     fresh = last == 0
@@ -75,16 +75,16 @@ def admit_and_write(st: State, rid: torch.Tensor, lens: torch.Tensor, admission:
         fresh_rid = rid[fresh]
         n0 = prefill[fresh]
         # tokens 0..B-1 in slots 0..B-1 (positions past max_seq_len can never be asked: empty)
-        slots = torch.arange(B, dtype=torch.int32, device=rid.device)
-        st.slot_row[fresh_rid] = torch.where(slots < S, (fresh_rid * S)[:, None].to(torch.int32) + slots, st.sink)
-        st.lru[fresh_rid] = torch.arange(B, device=rid.device)
+        slots = torch.arange(B, device=rid.device)
+        rows = torch.where(slots < S, (fresh_rid * S)[:, None] + slots, st.empty)
         st.newest[fresh_rid] = -1
         if admission == "normal":  # the prefill's own rows, B + P of them at most
             prefilled = _ranges(fresh_rid, torch.zeros_like(n0), n0.clamp(max=W), S, W)
         else:
             short = n0 <= B
             preloaded = _ranges(fresh_rid[short], torch.zeros_like(n0[short]), n0[short], S, W)
-            st.slot_row[fresh_rid[~short]] = st.sink  # every slot empty
+            rows[~short] = st.empty  # every slot empty
+        st.fill(fresh_rid, rows)
     # the new tokens: their own slots while short, the reserved slot B once long
     placed.append(_ranges(rid, prefill.clamp(max=B), lens.clamp(max=B), S, W))
     newest = lens - 1

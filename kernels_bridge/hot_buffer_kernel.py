@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 
 from kernels_bridge.hot_buffer_checks import HotBufferError
-from kernels_bridge.hot_buffer_state import State
+from kernels_bridge.hot_buffer_state import SLOT_BITS, State
 
 __all__ = ["Pass", "short_pass", "long_pass"]
 
@@ -63,9 +63,10 @@ def short_pass(st: State, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tens
 
 class _Lookup(NamedTuple):
     """The read-only half of a long pass (values int32 unless said)."""
-    flat: torch.Tensor       # int64 [g, k] flat host row of each candidate entry, the sink otherwise
+    flat: torch.Tensor       # int64 [g, k] flat host row each candidate entry asks for, its dump otherwise
+    cand: torch.Tensor       # [g, k] 1 for a valid entry that does not ask for the newest token
     is_newest: torch.Tensor  # [g, k] 1 where the entry asks for the newest token
-    lru: torch.Tensor        # int64 [g, B] the old LRU order
+    words: torch.Tensor      # int64 [g, B] the old LRU order, packed with the slots' host rows
     hit: torch.Tensor        # [g, B] 1 where the slot at that LRU position is hit
     hits_upto: torch.Tensor  # [g, B] hits at or before each LRU position
     served: torch.Tensor     # [g, k] the slot serving each entry, -1 for none
@@ -81,49 +82,52 @@ def _rows(t: torch.Tensor, rid: torch.Tensor, whole: bool) -> torch.Tensor:
 
 
 def _hash(st: State, rid, lens, pos):
-    """The kernel's hash: entry_of[flat host row] = column + 1 of the last entry asking for it.
-    Returns (flat int64 [g, k], cand, is_newest int32 [g, k])."""
+    """The kernel's hash: entry_of[flat host row] = column + 1 of the last entry asking for it;
+    an entry asking for no host row writes its own dump. Returns (flat int64, cand, is_newest
+    int32 [g, k])."""
     g, k = pos.shape
     is_newest = (pos == (lens - 1).to(I32)[:, None]).to(I32)
     cand = torch.bitwise_right_shift(pos, 31).add_(1).sub_(is_newest)  # 1: a valid, not newest entry
-    flat = torch.add(pos, (rid * st.S - st.sink).to(I32)[:, None]).mul_(cand).add_(st.sink).long()
-    column = torch.arange(1, k + 1, dtype=I32, device=pos.device).expand(g, k)
-    st.entry_of.index_copy_(0, flat.view(-1), column.reshape(-1))
-    # a position asked twice keeps the last asking entry (index_copy_ leaves the winner open)
-    if not bool(torch.equal(st.entry_of.index_select(0, flat.view(-1)).view(g, k).mul_(cand), column * cand)):
-        st.entry_of.scatter_reduce_(0, flat.view(-1), column.reshape(-1), reduce="amax", include_self=True)
-    st.entry_of[st.sink] = 0
+    col = torch.arange(k, dtype=I32, device=pos.device)
+    # (pos + r * S - dumps - c) * cand + dumps + c: the host row, or the dump of column c
+    flat = torch.add(pos, (rid * st.S - st.dumps).to(I32)[:, None]).sub_(col).mul_(cand).add_(col + st.dumps).long()
+    column = (col + 1).expand(g, k).reshape(-1)
+    st.entry_of.index_copy_(0, flat.view(-1), column)
+    # a position asked twice keeps the last asking entry (index_copy_ leaves the winner open);
+    # every other entry's row is its own, so reading the columns back tells
+    if not bool(torch.equal(st.entry_of.index_select(0, flat.view(-1)), column)):
+        st.entry_of.scatter_reduce_(0, flat.view(-1), column, reduce="amax", include_self=True)
     return flat, cand, is_newest
 
 
-def _serving(st: State, g: int, k: int, lru: torch.Tensor, entry: torch.Tensor, hit: torch.Tensor,
-             n_hits: int) -> torch.Tensor:
+def _serving(g: int, k: int, words: torch.Tensor, entry: torch.Tensor, n_hits: int) -> torch.Tensor:
     """served int32 [g, k]: for each entry, the slot whose token it asked for, -1 for none; the
-    later in LRU order where two slots hold it."""
-    dev, B = lru.device, lru.shape[1]
-    dump = g * k
-    target = (torch.arange(g, dtype=I32, device=dev)[:, None] * k + entry - 1 - dump).mul_(hit).add_(dump).long()
-    served = torch.full((dump + 1,), -1, dtype=I32, device=dev)
-    served.scatter_(0, target.view(-1), lru.to(I32).view(-1))
-    if int((served[:-1] >= 0).sum()) != n_hits:  # two slots hold one asked token: the later serves
+    later in LRU order where two slots hold it. Each row scatters into k + 1 columns, column 0
+    taking the slots not asked for."""
+    dev, B = words.device, words.shape[1]
+    target = torch.add(entry, torch.arange(0, g * (k + 1), k + 1, dtype=I32, device=dev)[:, None]).long()
+    slots = words.to(I32)  # the low half of each word: its slot
+    served = torch.full((g, k + 1), -1, dtype=I32, device=dev)
+    served.view(-1).scatter_(0, target.view(-1), slots.view(-1))
+    served = served[:, 1:]
+    if int(torch.bitwise_right_shift(served, 31).sum()) != n_hits - g * k:  # a token in two slots: the later serves
         at = torch.arange(B, device=dev).expand(g, B).reshape(-1)
-        last = torch.full((dump + 1,), -1, dtype=I64, device=dev).scatter_reduce_(
-            0, target.view(-1), at, reduce="amax", include_self=True)[:-1].view(g, k)
-        served = torch.where(last >= 0, lru.gather(1, last.clamp(min=0)), -1).to(I32).view(-1)
-        return served.view(g, k)
-    return served[:-1].view(g, k)
+        last = torch.full((g * (k + 1),), -1, dtype=I64, device=dev).scatter_reduce_(
+            0, target.view(-1), at, reduce="amax", include_self=True).view(g, k + 1)[:, 1:]
+        return torch.where(last >= 0, slots.gather(1, last.clamp(min=0)), -1).to(I32)
+    return served
 
 
 def _lookup(st: State, rid, lens, pos, whole: bool) -> _Lookup:
     g, k = pos.shape
     flat, cand, is_newest = _hash(st, rid, lens, pos)
-    lru = _rows(st.lru, rid, whole)
-    held = _rows(st.slot_row, rid, whole).gather(1, lru)  # each slot's host row, in LRU order
-    entry = st.entry_of.index_select(0, held.view(-1)).view(held.shape)
-    hit = torch.bitwise_right_shift(entry.neg(), 31).neg_()  # 1 where entry > 0
+    words = _rows(st.words, rid, whole)
+    held = torch.bitwise_right_shift(words, SLOT_BITS)  # each slot's host row, in LRU order
+    entry = st.entry_of.index_select(0, held.view(-1)).view(words.shape)
+    hit = entry.clamp(max=1)
     hits_upto = torch.cumsum(hit, 1, dtype=I32)
     n_hit = hits_upto[:, -1].long()
-    served = _serving(st, g, k, lru, entry, hit, int(n_hit.sum()))
+    served = _serving(g, k, words, entry, int(n_hit.sum()))
     miss = torch.bitwise_right_shift(served, 31).neg_().mul_(cand)  # 1: a candidate nobody serves
     misses_upto = torch.cumsum(miss, 1, dtype=I32)
     real = misses_upto[:, -1].long() if k else torch.zeros(g, dtype=I64, device=pos.device)
@@ -131,7 +135,7 @@ def _lookup(st: State, rid, lens, pos, whole: bool) -> _Lookup:
         filled = k - n_hit - is_newest.amax(1).long() if k else -n_hit
     else:
         filled = real
-    return _Lookup(flat, is_newest, lru, hit, hits_upto, served, miss, misses_upto, real, n_hit, filled)
+    return _Lookup(flat, cand, is_newest, words, hit, hits_upto, served, miss, misses_upto, real, n_hit, filled)
 
 
 def _check_room(st: State, rid: torch.Tensor, lk: _Lookup) -> None:
@@ -147,22 +151,16 @@ def _check_room(st: State, rid: torch.Tensor, lk: _Lookup) -> None:
             f"outside the request's rows here", argument="positions")
 
 
-def _new_order(st: State, rid, lk: _Lookup, whole: bool) -> torch.Tensor:
-    """Write the new LRU order (evictables left over, filled, hits); returns it, int64 [g, B]. The
-    evictable of rank e goes to e - filled, or wraps to evictable - filled + e when e < filled;
-    the hit of rank h to evictable + h."""
-    B = st.B
-    evictable = (B - lk.n_hit).to(I32)[:, None]
+def _new_order(st: State, lk: _Lookup) -> torch.Tensor:
+    """The new LRU order (evictables left over, filled, hits), int64 [g, B] words. The evictable
+    of rank e goes to e - filled, or wraps to evictable - filled + e when e < filled; the hit of
+    rank h to evictable + h."""
+    evictable = (st.B - lk.n_hit).to(I32)[:, None]
     filled = lk.filled.to(I32)[:, None]
-    rank = torch.arange(B, dtype=I32, device=lk.lru.device).sub(lk.hits_upto).sub_(filled)  # e - filled
+    rank = torch.arange(st.B, dtype=I32, device=lk.words.device).sub(filled).sub_(lk.hits_upto)  # e - filled
     rank.add_(torch.bitwise_right_shift(rank, 31).bitwise_and_(evictable))
     dest = lk.hits_upto.add(evictable - 1).sub_(rank).mul_(lk.hit).add_(rank).long()
-    new = torch.empty_like(lk.lru).scatter_(1, dest, lk.lru)
-    if whole:
-        st.lru = new
-    else:
-        st.lru.index_copy_(0, rid, new)
-    return new
+    return torch.empty_like(lk.words).scatter_(1, dest, lk.words)
 
 
 def _compact(mask_upto: torch.Tensor, mask: torch.Tensor, total: int) -> torch.Tensor:
@@ -179,7 +177,6 @@ def long_pass(st: State, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tenso
     """seq_len > B: the LRU swap-in. Refuses (HotBufferError, nothing changed) a step the kernel
     cannot take."""
     g, k = pos.shape
-    B, W = st.B, st.W
     if k == 0:  # nothing asked (SGLang's kernel is never built for top_k 0)
         none = torch.empty(0, dtype=I64, device=pos.device)
         return Pass(torch.empty((g, 0), dtype=I32, device=pos.device), none, none, 0, 0, 0)
@@ -189,46 +186,53 @@ def long_pass(st: State, rid: torch.Tensor, lens: torch.Tensor, pos: torch.Tenso
         _check_room(st, rid, lk)
     finally:
         st.entry_of.index_fill_(0, lk.flat.view(-1), 0)  # the scratch is all zero between steps
-    new_lru = _new_order(st, rid, lk, whole)
-    n_miss = int(lk.real.sum())
-    at = _compact(lk.misses_upto, lk.miss, n_miss)  # the misses, in entry order
-    row, rank = at // k, lk.misses_upto.view(-1)[at] - 1
-    if st.release == "0.5.12":  # the i-th miss takes the i-th evictable of the old order
-        slot = _evictables(lk).view(-1)[row * (B + 1) + rank.long()]
-    else:  # the filled slots sit at evictable - misses + i of the new order
-        slot = new_lru.view(-1)[row * B + (B - lk.n_hit - lk.filled)[row] + rank.long()]
+    new = _new_order(st, lk)
+    at, row, slot = _place_misses(st, lk, new)
+    if whole:
+        st.words = new
+    else:
+        st.words.index_copy_(0, rid, new)
     r = rid[row]
-    host = lk.flat.view(-1)[at]
-    st.slot_row.view(-1).index_copy_(0, r * B + slot, host.to(I32))
-    copied = rank.long() < lk.filled[row] if st.release == "0.5.12" else None
-    src, dst = (host, r * W + slot) if copied is None else (host[copied], (r * W + slot)[copied])
-    if st.release == "0.5.12":
-        src, dst = _stale_copies(lk, rid, pos, src, dst, W)
+    src, dst = lk.flat.view(-1).index_select(0, at), r * st.W + slot
+    if st.release == "0.5.12":  # only the first `filled` misses are copied, and maybe stale rows
+        copied = lk.misses_upto.view(-1).index_select(0, at).long() <= lk.filled[row]
+        src, dst = _stale_copies(st, lk, rid, new, src[copied], dst[copied])
     # output: the serving slot; a miss's new slot (served is -1 there); B for the newest (-1 + B + 1)
-    out = lk.served.clone()
+    out = lk.served.contiguous()
     out.view(-1).index_add_(0, at, (slot + 1).to(I32))
-    out.add_(lk.is_newest * (B + 1))
-    out.add_(torch.bitwise_right_shift(out, 31).add_(1).mul_((rid * W).to(I32)[:, None]))
+    out.add_(lk.is_newest * (st.B + 1))
+    out.add_(torch.bitwise_right_shift(out, 31).add_(1).mul_((rid * st.W).to(I32)[:, None]))
     lookups = int((pos >= 0).sum())
-    return Pass(out, src, dst, lookups, n_miss, int(lk.filled.sum()))
+    return Pass(out, src, dst, lookups, int(at.numel()), int(lk.filled.sum()))
 
 
-def _evictables(lk: _Lookup) -> torch.Tensor:
-    """int64 [g, B + 1]: each row's slots not hit, in the old LRU order (the last column a dump)."""
-    B = lk.lru.shape[1]
-    rank = torch.arange(B, dtype=I32, device=lk.lru.device) - lk.hits_upto
-    at = (rank - B).mul_(1 - lk.hit).add_(B).long()
-    return torch.empty((lk.lru.shape[0], B + 1), dtype=I64, device=lk.lru.device).scatter_(1, at, lk.lru)
+def _place_misses(st: State, lk: _Lookup, new: torch.Tensor):
+    """Record each miss's token in its slot of the new order; returns (at: the misses' flat entry
+    indices, in entry order; row: their rows in the pass; slot: the slots they take), int64 [m].
+    The i-th miss of a row takes the i-th evictable of the old order, which the new order holds at
+    i - filled, or evictable - filled + i when i < filled (both releases)."""
+    g, k = lk.served.shape
+    B = st.B
+    at = _compact(lk.misses_upto, lk.miss, int(lk.real.sum()))
+    row = torch.bitwise_right_shift(at, k.bit_length() - 1) if k & (k - 1) == 0 else at // k
+    place = lk.misses_upto.view(-1).index_select(0, at).long().sub_(1).sub_(lk.filled.index_select(0, row))
+    place.add_(torch.bitwise_right_shift(place, 63).bitwise_and_((B - lk.n_hit).index_select(0, row)))
+    place.add_(row * B)
+    slot = new.view(-1).index_select(0, place).to(I32).long()
+    host = lk.flat.view(-1).index_select(0, at)
+    new.view(-1).index_copy_(0, place, torch.bitwise_left_shift(host, SLOT_BITS).bitwise_or_(slot))
+    return at, row, slot
 
 
-def _stale_copies(lk: _Lookup, rid, pos, src, dst, W: int):
+def _stale_copies(st: State, lk: _Lookup, rid, new, src, dst):
     """0.5.12's copies past the misses: copy m (misses <= m < filled) reads its scratch entry m,
     which still holds entry m's position if entry m was a miss (else the -1 marker: the word
-    before the request's host table, not copied here), into the evictable of rank m."""
-    col = torch.arange(pos.shape[1], device=pos.device)
+    before the request's host table, not copied here), into the evictable of rank m (at
+    evictable - filled + m of the new order)."""
+    col = torch.arange(lk.served.shape[1], device=src.device)
     stale = (col >= lk.real[:, None]) & (col < lk.filled[:, None]) & lk.miss.bool()
     if not bool(stale.any()):
         return src, dst
     r, c = stale.nonzero(as_tuple=True)
-    slot = _evictables(lk)[r, c]
-    return torch.cat([src, lk.flat[r, c]]), torch.cat([dst, rid[r] * W + slot])
+    slot = new[r, st.B - lk.n_hit[r] - lk.filled[r] + c].to(I32).long()
+    return torch.cat([src, lk.flat[r, c]]), torch.cat([dst, rid[r] * st.W + slot])

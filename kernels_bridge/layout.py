@@ -32,14 +32,15 @@ STEP_BYTES_PER_SLOT = 256     # a step's temporaries: at most 32 int64 values a 
 def hot_buffer_parts(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
                      row_bytes: int) -> dict:
     """Bytes a HotBuffer of these sizes holds on its device, by part: "rows" (the buffer; 0 for a
-    counting one, row_bytes 0), "state" (slot -> host row int32, the LRU order int64, the newest
-    position and seq_len int64 per request, the int32 scratch map of every host row and its sink),
+    counting one, row_bytes 0), "state" (the LRU order packed with each slot's host row, int64; the
+    newest position and seq_len int64 per request; the int32 scratch map of every host row, and a
+    dump per slot and an empty marker),
     "staging" (the kept staging of a copy, at most STAGING_BYTES), "step" (the most one step's
     temporaries take: STEP_BYTES_PER_SLOT a slot and its top-k entry, for a step of every
     request)."""
     R, S, B = num_requests, max_seq_len, buffer_size
     rows = R * (B + page_size) * row_bytes
-    state = R * B * (4 + 8) + R * (8 + 8) + (R * S + 1) * 4
+    state = R * B * 8 + R * (8 + 8) + (R * S + B + 1) * 4
     return {"rows": rows, "state": state, "staging": min(STAGING_BYTES, rows),
             "step": R * (B + 1) * STEP_BYTES_PER_SLOT}
 

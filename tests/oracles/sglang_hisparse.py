@@ -83,11 +83,27 @@ def run_kernel(release: str, top_k_tokens: List[int], seq_len: int, buffer_token
             elif release != "0.5.12":  # 0.5.17+: -1 written; before, the coordinator's fill
                 out[i] = -1
         return res
+    keys, vals, s_top = _insert_top_k(top_k_tokens, seq_len, buffer_locs, K, B, out, res)
+    lru_out, hit_count = _hit_pass(keys, vals, s_top, buffer_tokens, buffer_locs, lru, B, out)
+    res.hits = hit_count
+    res.misses = _miss_pass(s_top, buffer_tokens, buffer_locs, lru_out, hit_count, K, B, out)
+    total_misses = K - hit_count - res.newest_hit if release == "0.5.12" else res.misses
+    _write_back_lru(lru, lru_out, total_misses, B - hit_count, B)
+    for m in range(total_misses):  # each warp copies one miss; the scratch may be stale past `misses`
+        token = s_top[m]
+        evict_slot = lru_out[B - 1 - m]
+        src = host_locs[token] if token >= 0 else None  # host_locs[-1]: the word before the row
+        res.copies.append(Copy(src, buffer_locs[evict_slot]))
+    return res
+
+
+def _insert_top_k(top_k_tokens, seq_len, buffer_locs, K, B, out, res):
+    """The newest token to its reserved slot; every other entry into the shared-memory hash
+    (thread order: a repeated key keeps the last index). Returns (keys, vals, s_top)."""
     hash_size = 2 * K
     keys, vals = [HASH_EMPTY] * hash_size, [0] * hash_size
     s_top = [0] * K
     newest_slot, newest_token = B, seq_len - 1
-    # insert the top-k into the hash (thread order: a repeated key keeps the last index)
     for i in range(K):
         token = top_k_tokens[i]
         if token == newest_token:
@@ -107,24 +123,31 @@ def run_kernel(release: str, top_k_tokens: List[int], seq_len: int, buffer_token
                 break
             h = (h + 1) % hash_size
         s_top[i] = token
-    # hit pass over the LRU order: hits grow forward, evictables backward
+    return keys, vals, s_top
+
+
+def _probe(keys, vals, token) -> int:
+    """The top-k index the hash holds for token, -1 if none."""
+    h = _knuth(token, len(keys))
+    while True:
+        k = keys[h]
+        if k == token:
+            return vals[h]
+        if k == HASH_EMPTY:
+            return -1
+        h = (h + 1) % len(keys)
+
+
+def _hit_pass(keys, vals, s_top, buffer_tokens, buffer_locs, lru, B, out):
+    """Over the LRU order: hits grow forward in lru_out, evictables backward. Returns (lru_out,
+    hit count)."""
     lru_out = [0] * B
     hit_count = evict_count = 0
     hit_writes = []
     for j in range(B):
         slot = lru[j]
         token = buffer_tokens[slot] if slot >= 0 else -1
-        found = -1
-        if token >= 0:
-            h = _knuth(token, hash_size)
-            while True:
-                k = keys[h]
-                if k == token:
-                    found = vals[h]
-                    break
-                if k == HASH_EMPTY:
-                    break
-                h = (h + 1) % hash_size
+        found = _probe(keys, vals, token) if token >= 0 else -1
         if found >= 0:
             hit_writes.append((found, slot))
             lru_out[hit_count] = slot
@@ -135,8 +158,11 @@ def run_kernel(release: str, top_k_tokens: List[int], seq_len: int, buffer_token
     for found, slot in hit_writes:  # the last slot in LRU order writes last
         s_top[found] = TOKEN_HIT
         out[found] = buffer_locs[slot]
-    res.hits = hit_count
-    # miss pass: the misses in index order take the evictables in LRU order
+    return lru_out, hit_count
+
+
+def _miss_pass(s_top, buffer_tokens, buffer_locs, lru_out, hit_count, K, B, out) -> int:
+    """The misses in index order take the evictables in LRU order; returns the misses."""
     misses = 0
     for i in range(K):
         if s_top[i] == TOKEN_HIT:
@@ -149,9 +175,11 @@ def run_kernel(release: str, top_k_tokens: List[int], seq_len: int, buffer_token
         out[i] = buffer_locs[evict_slot]
         buffer_tokens[evict_slot] = token
         misses += 1
-    res.misses = misses
-    total_misses = K - hit_count - res.newest_hit if release == "0.5.12" else misses
-    total_evictable = B - hit_count
+    return misses
+
+
+def _write_back_lru(lru, lru_out, total_misses, total_evictable, B) -> None:
+    """The new LRU order: evictables not filled, the filled ones, then the hits."""
     if total_misses > total_evictable or total_misses < 0:
         raise UndefinedBehaviour(f"{total_misses} misses against {total_evictable} evictable slots: the "
                                  f"LRU write-back leaves the request's row")
@@ -164,12 +192,6 @@ def run_kernel(release: str, top_k_tokens: List[int], seq_len: int, buffer_token
         else:
             new_lru[i] = lru_out[i - total_evictable]
     lru[:] = new_lru
-    for m in range(total_misses):  # each warp copies one miss; the scratch may be stale past `misses`
-        token = s_top[m]
-        evict_slot = lru_out[B - 1 - m]
-        src = host_locs[token] if token >= 0 else None  # host_locs[-1]: the word before the row
-        res.copies.append(Copy(src, buffer_locs[evict_slot]))
-    return res
 
 
 @dataclass
