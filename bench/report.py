@@ -50,12 +50,26 @@ def performance_table() -> str:
             shown = ("yes" if value else "no") if isinstance(value, bool) else f"{value:g} {unit}".strip()
             rows.append(f"| {label} | {shown} | {g['goal']} | {'yes' if g['met'] else '**no**'} |")
     if machine:
-        load = machine.get("load_average")
+        loads = [f"{(r['machine'].get('load_average') or ['?'])[0]:g} ({name})" for name in ("engine", "kernels", "hotbuffer")
+                 if (r := _load(name)) and r["machine"].get("load_average")]
         rows.append("")
-        rows.append(f"Machine: {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
-                    f"{machine['python']}, torch {machine.get('torch')} pinned to {machine.get('torch_threads')} "
-                    f"thread(s)" + (f"; load average {load[0]:g} when the engine figures were taken." if load else "."))
+        rows.append(f"Machine: {_machines(('engine', 'kernels', 'hotbuffer'))}, Python {machine['python']}, torch "
+                    f"{machine.get('torch')} pinned to {machine.get('torch_threads')} thread(s)"
+                    + (f"; load average {', '.join(loads)} when the figures were taken." if loads else "."))
     return "\n".join(rows)
+
+
+def _machines(names) -> str:
+    """The machine the results were taken on, or each machine with the results it took."""
+    seen: dict = {}
+    for name in names:
+        r = _load(name)
+        if r:
+            m = r["machine"]
+            seen.setdefault(f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs", []).append(name)
+    if len(seen) == 1:
+        return next(iter(seen))
+    return "; ".join(f"{m} ({', '.join(names)} figures)" for m, names in seen.items())
 
 
 def _curve(dq: dict, key: str) -> str:
@@ -149,7 +163,7 @@ def performance_notes() -> str:
     lines.append(_kernels_note(k, span, missed))
     lines.append(_hot_buffer_note(h_goals, h, missed))
     for key in missed:  # a goal missed in this run without a note of its own above
-        if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):
+        if key not in ("translate_vs_copy_floor", "dequant_vs_convert") and not key.startswith("decode_vs_matmul"):
             g = next(r["goals"][key] for r in (_load("engine"), _load("kernels")) if key in r["goals"])
             lines.append(f"- **{LABELS[key][0]}: missed in this run** ({g['value']:g} against {g['goal']}).")
     lines.append(f"""- **Memory**: a KV token takes 656 bytes as an FP8 row and 1,152 as BF16 ({m['kv_bytes_per_token']['fp8_saving']:.0%} less); a hot
@@ -189,7 +203,21 @@ def _kernels_note(k: dict, span, missed: list) -> str:
   ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
   {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
   (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""))
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one.""") + _decode_miss(k, missed))
+
+
+def _decode_miss(k: dict, missed: list) -> str:
+    """Why the FP8 decode misses its goal against the matmul, where it does."""
+    keys = [key for key, g in k["goals"].items() if key.startswith("decode_vs_matmul") and not g["met"]]
+    if not keys or not any(key.startswith("decode_vs_matmul") for key in missed):
+        return ""
+    rates = k["figures"]["rates"]
+    extra = [row["decode_ms"] - row["prefill_ms"] for row in rates.values()]
+    values = [k["goals"][key]["value"] for key in keys]
+    return (f""" **Missed** (FP8 decode against the matmul, goal {k['goals'][keys[0]]['goal']}, at
+  {min(values):g}-{max(values):g} for {len(keys)} of {len(rates)} batch sizes): the decode dequantises its top-k rows before the
+  product, with the torch passes above, and takes {min(extra):.1f}-{max(extra):.1f} ms more than the BF16 prefill over the
+  same FLOPs.""")
 
 
 def _hot_buffer_note(h_goals: dict, h: dict, missed: list) -> str:
@@ -206,7 +234,8 @@ def _hot_buffer_note(h_goals: dict, h: dict, missed: list) -> str:
   over int32 values, masks as arithmetic (a select a multiplication, a sign test a shift).""")
     if "translate_vs_copy_floor" in missed:
         hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): besides the copy,
-  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping.""")
+  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping: SGLang's LRU order
+  re-ranks every slot of every request each step, some 50 whole-batch passes over [requests, buffer] tensors.""")
     return hot
 
 
@@ -248,7 +277,7 @@ def headline() -> str:
     if gpu and gpu["figures"].get("skipped"):
         lines.append(f"- Not measured: FlashMLA on a GPU; `bench/results/gpu.json` records why ({gpu['figures']['reason']}).")
     machine = e["machine"]
-    lines += ["", f"Measured on {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
+    lines += ["", f"Measured on {_machines(('engine', 'kernels', 'hotbuffer', 'memory', 'accuracy'))}, Python "
                   f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
                   "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)
