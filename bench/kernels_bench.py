@@ -145,7 +145,7 @@ def run(quick: bool) -> str:
     dq, dq_goal = dequant(quick)
     goals.update(dq_goal)
     sg, fm = dq["modes"]["sglang"]["curve"], dq["modes"]["flashmla"]["curve"]
-    line_plot("kernels_dequant_vs_rows", "dequantize_kv_fp8 vs a uint8 -> bf16 conversion writing the same bytes",
+    line_plot("kernels_dequant_vs_rows", "dequantize_kv_fp8 vs uint8 -> bf16 (the same bytes written)",
               "rows", "GB/s written (preallocated output)", dq["sizes"],
               {"dequantize_kv_fp8, SGLang's scales": [p["dequantize_gbs"] for p in sg],
                "dequantize_kv_fp8, FlashMLA's scales": [p["dequantize_gbs"] for p in fm],
