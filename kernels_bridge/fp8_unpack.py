@@ -71,7 +71,7 @@ def _bf16_exact(scales: torch.Tensor) -> bool:
     """Whether code * s is a bf16 value for every code and scale: s is 0 or a power of two
     2**-124 .. 2**119 (a code's lowest bit times s stays above bf16's smallest subnormal 2**-133,
     and 448 * s below its largest value)."""
-    bits = scales.view(torch.int32) & 0x7FFFFFFF
+    bits = scales.abs().view(torch.int32)  # the sign bit cleared
     exponent = bits >> 23
     return bool((((bits & 0x7FFFFF) == 0) & (((exponent >= 3) & (exponent <= 246)) | (bits == 0))).all())
 

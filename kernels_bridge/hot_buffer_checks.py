@@ -11,6 +11,7 @@ import torch
 from kernels_bridge.errors import ValidationError, describe, shown
 from kernels_bridge.layout import ADMISSIONS, BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, KERNEL_RELEASES as RELEASES
 from kernels_bridge.tensor_checks import check_readable
+from kernels_bridge.validate import INT32_MAX
 
 __all__ = ["HotBufferError", "ROW_LAYOUTS", "ADMISSIONS", "RELEASES", "Batch", "check_host_pool", "check_size",
            "check_choice", "check_max_bytes", "check_batch", "check_req_ids"]
@@ -22,7 +23,6 @@ ROW_LAYOUTS = {
 }
 ROW_BYTES = {"bf16": BF16_ROW_BYTES, "fp8": FP8_ROW_BYTES}
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-INT32_MAX = 2 ** 31 - 1
 _POOL = "[num_requests, max_seq_len, 576] bfloat16 or [num_requests, max_seq_len, 656] uint8"
 
 

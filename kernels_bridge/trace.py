@@ -26,10 +26,11 @@ from typing import Iterator, List, Optional
 import torch
 
 from kernels_bridge.errors import ValidationError, shown
+from kernels_bridge.validate import INT32_MAX
 
 __all__ = ["TraceError", "TraceInfo", "Step", "scan", "steps"]
 
-MAX_SEQ_LEN = 2 ** 31 - 1
+MAX_SEQ_LEN = INT32_MAX
 _LINE_FIELDS = ("requests", "finished")
 _REQUEST_FIELDS = ("id", "seq_len", "top_k")
 
@@ -147,7 +148,7 @@ def _request(path, number, where, req, info: TraceInfo, live: dict):
     unknown = [k for k in req if k not in _REQUEST_FIELDS]
     if unknown:
         raise _fail(path, number, f"{where}.{unknown[0]}", f"unknown field; a request has {', '.join(_REQUEST_FIELDS)}")
-    r = _int(req["id"], path, number, f"{where}.id", 0, 2 ** 31 - 1)
+    r = _int(req["id"], path, number, f"{where}.id", 0, INT32_MAX)
     L = _int(req["seq_len"], path, number, f"{where}.seq_len", 1, MAX_SEQ_LEN)
     if L < live.get(r, 0):
         raise _fail(path, number, f"{where}.seq_len", f"{L} is below request {r}'s previous {live[r]}; a request "
@@ -170,7 +171,7 @@ def _finished(path, number, finished, live: dict) -> List[int]:
         raise _fail(path, number, "finished", f"got {shown(finished)}; expected a list of request ids")
     out = []
     for i, r in enumerate(finished):
-        r = _int(r, path, number, f"finished[{i}]", 0, 2 ** 31 - 1)
+        r = _int(r, path, number, f"finished[{i}]", 0, INT32_MAX)
         if r not in live:
             raise _fail(path, number, f"finished[{i}]", f"request {r} is not running")
         del live[r]
