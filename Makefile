@@ -22,7 +22,7 @@ CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(ope
 # everything: what `run` and `test` need
 install: $(TEST_STAMP)
 
-$(RUN_STAMP): pyproject.toml setup.py $(wildcard kernels_bridge/*.c)  # the C helpers build at install
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
