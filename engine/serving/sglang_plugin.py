@@ -62,7 +62,7 @@ def _register_dsv4(policy, shown_as, on_decision, release) -> None:
     """DeepSeek-V4: the functions of the release's V4 family (hook_targets.CLASS_FAMILIES), the
     launch held against the release's own shipped version of the family (dsv4_hooks)."""
     from engine.errors import HisparseError
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
     from engine.sglang.dsv4_hooks import V4Routing
     from engine.sglang.hook_targets import class_family_of
     from engine.files.shipped import shipped_policy_dir
@@ -117,7 +117,7 @@ def _load_policies():
     file it named, if it named one by its path."""
     from engine.errors import HisparseError
     from engine.files.catalog import looks_like_path
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     ref = os.environ.get("HISPARSE_POLICY", "")
     try:
