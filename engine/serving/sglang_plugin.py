@@ -135,7 +135,7 @@ def _registry_entries(family, originals, release) -> list:
                      f"registers {target}: the policy cannot replace its routing there")
         for key in where.keys:
             found = [i for i, fn in enumerate(registry.get(key, ()) if isinstance(registry, dict) else ())
-                     if _unwrapped(fn) is originals[target]]
+                     if _unwrapped(fn) is _unwrapped(originals[target])]
             if len(found) != 1:
                 _stop(1, f"SGLang {release}'s {where.registry} does not hold {target} for {key} "
                          f"(found it {len(found)} times): the policy cannot replace its routing there")
