@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 import engine
+from tests.helpers import plugin_active
 
 FAMILY = "minimax-m3-backends"
 RELEASE_REF = "sglang==0.5.23"
@@ -43,36 +44,6 @@ def sglang_0523():
     driver.import_sglang()
     driver.load()
     return driver
-
-
-@contextlib.contextmanager
-def plugin_active(monkeypatch, policy):
-    """The plugin as load_plugins() runs it; on exit every binding and registry entry it replaced
-    is put back."""
-    from sglang.srt.arg_groups import model_override_base
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
-    from engine.serving import sglang_plugin
-    from engine.sglang.hook_targets import PIPELINE, class_family_of
-
-    targets = PIPELINE.targets() + [t for cls in ("dsv4", "minimax_m3") for t in class_family_of(cls, "0.5.23").targets()]
-    originals = [sglang_plugin._resolve(t) for t in targets]
-    bindings = [(mod, name, value) for mod in list(sys.modules.values()) if mod is not None
-                for name, value in list(getattr(mod, "__dict__", {}).items())
-                if any(value is o for o in originals)]
-    registry = {arch: list(fns) for arch, fns in model_override_base._MODEL_OVERRIDE_FNS.items()}
-    monkeypatch.setenv("HISPARSE_POLICY", policy)
-    try:
-        sglang_plugin.register()
-        HookRegistry.apply_hooks()
-        yield HookRegistry
-    finally:
-        for mod, name, value in bindings:
-            setattr(mod, name, value)
-        for arch, fns in registry.items():
-            model_override_base._MODEL_OVERRIDE_FNS[arch][:] = fns
-        HookRegistry.reset()
-        monkeypatch.delenv("HISPARSE_POLICY")
 
 
 def _edited(tmp_path, edits) -> str:

@@ -36,10 +36,9 @@ import sys
 from engine.language.interpreter import Part
 from engine.sglang import facts
 from engine.sglang.routing_hooks import PolicyRouting, Unmodelled, is_server_args, log_as, record_of
-from engine.sglang.server_args import attr_names, raise_refusal
+from engine.sglang.server_args import attr_names
 
 PART = "minimax_m3_overrides"
-ARCHITECTURES = ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")
 # SGLang 0.5.21 to 0.5.23's INFO lines of the provider (model_overrides/minimax_m3.py), which
 # report what it declared
 SM100_LINE = ("MiniMax-M3 on SM100: attention_backend={attention_backend}, page_size={page_size}, "
