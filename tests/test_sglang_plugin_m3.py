@@ -297,3 +297,87 @@ def test_an_edited_policy_decides_the_provider_alone(sglang_0523, monkeypatch, t
     assert lines == [("INFO", "MiniMax-M3 on Hopper: attention_backend=trtllm_mha, page_size=None (MSA is "
                               "SM100-only; sparse attention runs on the Triton path).")]
 
+
+
+# -- real launches: `python -m sglang.launch_server` with the GPU stand-in (tests/test_sglang_plugin.py) ----
+
+def _launch(argv, gpu="9.0", **env):
+    """(exit code, SGLang's log messages, all output) of a real launch that stops after routing."""
+    import re
+    import subprocess
+
+    from tests.test_sglang_plugin import _clean_env, _pythonpath
+
+    env = _clean_env(PYTHONPATH=_pythonpath(), HISPARSE_TEST_GPU=gpu, HISPARSE_TEST_ARCH_HELPERS="1", **env)
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", *argv], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+    out = proc.stdout + proc.stderr
+    return proc.returncode, [m.group(1) for m in re.finditer(r"^\[[^\]]*\] (.*)$", out, re.M)], out
+
+
+@pytest.fixture(scope="module")
+def m3_model(tmp_path_factory):
+    from engine.sglang.conform.drivers import installed_sglang
+
+    if installed_sglang()[0] != "0.5.23":
+        pytest.skip("needs SGLang 0.5.23")
+    from engine.sglang.conform.model_folders import ModelFolders
+
+    return ModelFolders(str(tmp_path_factory.mktemp("m3models"))).path("MiniMaxM3SparseForCausalLM")
+
+
+HOPPER_FA3 = ("MiniMax-M3 on Hopper: attention_backend=fa3, page_size=128 (MSA is SM100-only; sparse attention "
+              "runs on the Triton path).")
+HISPARSE = ["--enable-hisparse", "--disable-radix-cache"]
+
+
+def test_a_real_m3_hisparse_launch_on_hopper_is_routed_by_the_shipped_policy(m3_model, tmp_path):
+    """SM90, HiSparse: fa3 with page size 128, as SGLang's own launch (the same lines), decided by
+    the policy (its line, its record)."""
+    import json
+
+    policy = engine.load_policy(f"{FAMILY}@3")
+    code, native, out = _launch(["--model-path", m3_model, *HISPARSE])
+    assert code == 1 and "No module named 'uvicorn'" in out and HOPPER_FA3 in native, out[-3000:]
+    record = tmp_path / "decisions.jsonl"
+    code, lines, out = _launch(["--model-path", m3_model, *HISPARSE], HISPARSE_POLICY=RELEASE_REF,
+                               HISPARSE_RECORD=str(record))
+    assert code == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # routed, then stopped
+    at = lines.index(HOPPER_FA3)
+    assert lines[at + 1] == f"hisparse-router: MiniMax-M3 routing decided by policy {FAMILY}@3 sha256={policy.sha256[:12]}"
+    assert [line for line in lines if not line.startswith(("hisparse-router:", "kill_process_tree"))] == \
+        [line for line in native if not line.startswith("kill_process_tree")]
+    (entry,) = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    decision = entry["decision"]
+    assert decision["ok"] and decision["policy"]["family"] == FAMILY
+    assert decision["backends"]["attention"] == "fa3" and decision["page_size"] == 128
+
+
+def test_a_real_m3_launch_is_refused_with_sglangs_text_and_an_edited_policy_routes_it(m3_model, tmp_path):
+    """SM90, HiSparse, an NVFP4 KV cache: SGLang refuses the override's fa3 for NVFP4 prefill, with and
+    without the plugin, in the same words; the copy that routes Hopper to trtllm_mha changes the
+    launch: NVFP4 then resolves to native prefill, which SGLang refuses off SM100."""
+    argv = ["--model-path", m3_model, *HISPARSE, "--kv-cache-dtype", "nvfp4"]
+    refusal = "ValueError: NVFP4 prefill supports an FP8 E4M3 workspace or native NVFP4, but backend 'fa3' provides neither."
+    code, native, out = _launch(argv)
+    assert code == 1 and refusal in out and HOPPER_FA3 in native, out[-3000:]
+    code, lines, out = _launch(argv, HISPARSE_POLICY=RELEASE_REF)
+    assert code == 1 and refusal in out and HOPPER_FA3 in lines, out[-3000:]
+    edited = _edited(tmp_path, TRTLLM_ON_HOPPER)
+    code, lines, out = _launch(argv, HISPARSE_POLICY=edited)
+    assert code == 1 and ("ValueError: Native NVFP4 prefill currently requires SM100; use "
+                          "--prefill-kv-cache-dequant-dtype=fp8_e4m3 on this platform.") in out, out[-3000:]
+    assert ("MiniMax-M3 on Hopper: attention_backend=trtllm_mha, page_size=None (MSA is SM100-only; sparse "
+            "attention runs on the Triton path).") in lines
+    code, lines, out = _launch(["--model-path", m3_model, *HISPARSE], HISPARSE_POLICY=edited)
+    assert code == 1 and "No module named 'uvicorn'" in out, out[-3000:]  # accepted: trtllm_mha, page 64
+    assert "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, changing page_size from None to 64." in lines
+
+
+def test_a_real_launch_an_edit_the_plugin_cannot_enforce_stops(m3_model, tmp_path):
+    edited = _edited(tmp_path, [("      require: {disable_radix_cache: true}\n",
+                                 "      require: {disable_radix_cache: {in: [true, false]}}\n")])
+    code, lines, out = _launch(["--model-path", m3_model, "--enable-hisparse"], HISPARSE_POLICY=edited)
+    assert code == 1 and "NotEnforceable: hisparse-router:" in out, out[-3000:]
+    assert ("the policy accepts it, SGLang's code refuses it ('Hierarchical sparse attention currently requires "
+            "--disable-radix-cache.')") in out
