@@ -381,3 +381,31 @@ def test_a_real_launch_an_edit_the_plugin_cannot_enforce_stops(m3_model, tmp_pat
     assert code == 1 and "NotEnforceable: hisparse-router:" in out, out[-3000:]
     assert ("the policy accepts it, SGLang's code refuses it ('Hierarchical sparse attention currently requires "
             "--disable-radix-cache.')") in out
+
+
+# -- 0.5.21 and 0.5.22, in their environments (tools/sglang-env.sh), where they are built ------------
+
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.22"])
+def test_the_shipped_policies_drive_m3_launches_of_older_releases_as_their_own_code(release):
+    import json
+    import re
+    import subprocess
+
+    from tests.helpers import ROOT
+
+    envs = os.environ.get("HISPARSE_ENVS") or os.path.expanduser("~/.cache/hisparse/sglang-envs")
+    launcher = os.path.join(envs, f"sglang-{release}", "bin", "python")
+    if not os.path.exists(launcher):
+        pytest.skip(f"no environment of SGLang {release} (tools/sglang-env.sh {release})")
+    text = open(launcher, encoding="utf-8").read()
+    wheel, python = re.search(r'PYTHONPATH="([^:"]+):', text), re.search(r'exec "([^"]+)"', text)
+    assert wheel and python, f"{launcher} is not a launcher of tools/sglang-env.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HISPARSE_", "SGLANG_"))}
+    env["PYTHONPATH"] = os.pathsep.join([wheel.group(1), ROOT])
+    proc = subprocess.run([python.group(1), os.path.join(ROOT, "tests", "sglang_m3_release_probe.py"), "200", "11"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["release"] == release and report["replaced"], report
+    assert report["accepted"] > 50 and report["cases"] - report["accepted"] > 30 and report["with_provider_lines"] > 50
+    assert report["differ"] == 0, report["first_differences"]
