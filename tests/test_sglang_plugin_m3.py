@@ -409,3 +409,58 @@ def test_the_shipped_policies_drive_m3_launches_of_older_releases_as_their_own_c
     assert report["release"] == release and report["replaced"], report
     assert report["accepted"] > 50 and report["cases"] - report["accepted"] > 30 and report["with_provider_lines"] > 50
     assert report["differ"] == 0, report["first_differences"]
+
+
+# -- failing loudly --------------------------------------------------------------------------------
+
+def test_a_moved_provider_or_registry_stops_the_launch_naming_it(sglang_0523, monkeypatch, capsys):
+    from sglang.srt.arg_groups import model_override_base
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from engine.serving import sglang_plugin
+    from engine.sglang import hook_targets
+
+    family = hook_targets.CLASS_FAMILIES["minimax_m3"]["m3-provider"]
+    (target,) = family.replace
+    moved = target.replace("_minimax_m3_overrides", "_minimax_m3_overrides_moved")
+    monkeypatch.setattr(family, "replace", {moved: hook_targets.PROVIDER})
+    monkeypatch.setenv("HISPARSE_POLICY", f"{FAMILY}@3")
+    with pytest.raises(SystemExit) as exc:
+        sglang_plugin.register()
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and f"SGLang 0.5.23 has no {moved}" in err and err.count("\n") == 1
+    monkeypatch.setattr(family, "replace", {target: hook_targets.PROVIDER})
+    # the provider no longer registered for one architecture: stopped, nothing replaced
+    fns = model_override_base._MODEL_OVERRIDE_FNS[ARCHS[1]]
+    saved = list(fns)
+    fns[:] = [fn for fn in fns if fn.__qualname__ != "_minimax_m3_overrides"]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            sglang_plugin.register()
+    finally:
+        fns[:] = saved
+        HookRegistry.reset()
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and err.count("\n") == 1
+    assert (f"SGLang 0.5.23's sglang.srt.arg_groups.model_override_base._MODEL_OVERRIDE_FNS does not hold {target} "
+            f"for {ARCHS[1]} (found it 0 times)") in err
+
+
+def test_a_registry_entry_that_is_no_longer_the_plugins_stops_resolution(sglang_0523, monkeypatch):
+    from sglang.srt.arg_groups import model_override_base
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from engine.sglang.hook_targets import PIPELINE
+
+    with plugin_active(monkeypatch, f"{FAMILY}@3"):
+        guards = [h for _, h, _ in HookRegistry._hooks[PIPELINE.guard]]
+        assert all(g() is None for g in guards)
+        fns = model_override_base._MODEL_OVERRIDE_FNS[ARCHS[0]]
+        (at,) = [i for i, fn in enumerate(fns) if fn.__qualname__ == "_minimax_m3_overrides"]
+        fns[at] = fns[at].__wrapped__  # another party put SGLang's own provider back
+        with pytest.raises(RuntimeError, match=r"SGLang's model-override registry no longer calls the replacement of "
+                                               r"sglang\.srt\.arg_groups\.model_overrides\.minimax_m3\."
+                                               r"_minimax_m3_overrides for MiniMaxM3SparseForCausalLM "
+                                               r"\(SGLang 0\.5\.23\)"):
+            for g in guards:
+                g()
