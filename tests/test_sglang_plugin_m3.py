@@ -25,6 +25,8 @@ import pytest
 
 import engine
 from tests.helpers import plugin_active
+from tests.sglang_m3_release_probe import PLATFORMS, PROVIDER_CASES, call_provider as _call, \
+    provider_answers, provider_args as _args
 
 FAMILY = "minimax-m3-backends"
 RELEASE_REF = "sglang==0.5.23"
@@ -189,51 +191,6 @@ def test_an_edit_of_sglangs_own_code_stops_the_launch_naming_it(sglang_0523, mon
 
 # -- the provider called by itself -----------------------------------------------------------------
 
-def _args(**fields):
-    """What the provider reads of a ServerArgs, as a plain object (SGLang's tests pass such)."""
-    base = dict(attention_backend=None, prefill_attention_backend=None, decode_attention_backend=None,
-                page_size=None, kv_cache_dtype="auto", quantization=None, _quantization_explicitly_unset=False,
-                moe_runner_backend="auto", moe_a2a_backend="none", ep_size=1, enable_aiter_allreduce_fusion=False,
-                speculative_algorithm=None, device="cuda", enable_hisparse=False, disable_radix_cache=False,
-                enable_deterministic_inference=False, prefill_kv_cache_dequant_dtype="auto",
-                enable_mixed_chunk=False)
-    base.update(fields)
-    return SimpleNamespace(**base)
-
-
-PLATFORMS = [("cuda", (9, 0)), ("cuda", (10, 0)), ("cuda", (12, 0)), ("cuda", (8, 0)), ("hip", (9, 4)), ("npu", (9, 0))]
-CALLS = [
-    {}, {"kv_cache_dtype": "fp8_e4m3"}, {"kv_cache_dtype": "fp8_e5m2"}, {"kv_cache_dtype": "bf16"},
-    {"attention_backend": "fa3"}, {"attention_backend": "trtllm_mha", "kv_cache_dtype": "fp8_e4m3"},
-    {"decode_attention_backend": "trtllm_mha"}, {"page_size": 64}, {"moe_runner_backend": "deep_gemm"},
-    {"moe_runner_backend": "triton"}, {"attention_backend": "tokenspeed_mla"},  # not the policy's: SGLang's own
-    {"quantization": "fp8"},  # out of the policy's scope: SGLang's own
-    {"ep_size": 8, "enable_aiter_allreduce_fusion": True},
-]
-
-
-def _call(fn, args, hf):
-    records = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = records.append
-    log = logging.getLogger(M3_MODULE)
-    level = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    env = dict(os.environ)
-    try:
-        out = ("ok", fn(args, hf))
-    except Exception as exc:  # the exception is compared
-        out = (type(exc).__name__, str(exc))
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-        written = {k: v for k, v in os.environ.items() if env.get(k) != v}
-        os.environ.clear()
-        os.environ.update(env)
-    return out, [(r.levelname, r.getMessage()) for r in records], written
-
-
 @pytest.mark.parametrize("platform, cap", PLATFORMS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_provider_alone_answers_as_sglangs(sglang_0523, monkeypatch, platform, cap, arch):
@@ -245,29 +202,15 @@ def test_the_provider_alone_answers_as_sglangs(sglang_0523, monkeypatch, platfor
     module = sys.modules[M3_MODULE]
     original = module._minimax_m3_overrides
     hf = SimpleNamespace(architectures=[arch], quantization_config=None)
-    cases = [(c, env) for c in CALLS for env in ({}, {"SGLANG_DISABLE_M3_FP8_ATTN_GEMM": "1"},
-                                                  {"SGLANG_M3_ALLOW_CUSTOM_AR": "true"})]
     for var in ("SGLANG_DISABLE_M3_FP8_ATTN_GEMM", "SGLANG_M3_ALLOW_CUSTOM_AR", "USE_ROCM_AITER_ROPE_BACKEND"):
         monkeypatch.delenv(var, raising=False)
-
-    def answers(fn):
-        out = []
-        for fields, env in cases:
-            os.environ.update(env)
-            try:
-                out.append(_call(fn, _args(**fields, device="npu" if platform == "npu" else "cuda"), hf))
-            finally:
-                for k in env:
-                    os.environ.pop(k, None)
-        return out
-
     with faked_gpu(platform, cap):
-        native = answers(original)
+        native = provider_answers(original, platform, hf)
         with plugin_active(monkeypatch, RELEASE_REF):
             replaced = module._minimax_m3_overrides
             assert replaced is not original
-            routed = answers(replaced)
-    for (fields, env), a, b in zip(cases, native, routed):
+            routed = provider_answers(replaced, platform, hf)
+    for (fields, env), a, b in zip(PROVIDER_CASES, native, routed):
         assert b == a, (fields, env)
     assert any(lines for _, lines, _ in native) or platform in ("hip", "npu") or cap[0] in (8, 12)
 
@@ -409,6 +352,8 @@ def test_the_shipped_policies_drive_m3_launches_of_older_releases_as_their_own_c
     assert report["release"] == release and report["replaced"], report
     assert report["accepted"] > 50 and report["cases"] - report["accepted"] > 30 and report["with_provider_lines"] > 50
     assert report["differ"] == 0, report["first_differences"]
+    assert report["alone_calls"] == 2 * len(PLATFORMS) * len(PROVIDER_CASES)
+    assert report["alone_differ"] == 0, report["alone_first_differences"]
 
 
 # -- failing loudly --------------------------------------------------------------------------------
