@@ -409,3 +409,34 @@ def test_a_registry_entry_that_is_no_longer_the_plugins_stops_resolution(sglang_
                                                r"\(SGLang 0\.5\.23\)"):
             for g in guards:
                 g()
+
+
+def test_a_launch_is_decided_once_and_recorded_once(sglang_0523, monkeypatch, tmp_path):
+    """The provider called again on the same ServerArgs answers from the launch's decision: one
+    record, the same declarations, the deciding line once."""
+    import json
+
+    from engine.sglang.conform.machine import faked_gpu
+    from engine.sglang.conform.model_folders import ModelFolders
+
+    (tmp_path / "models").mkdir()
+    model = ModelFolders(str(tmp_path / "models")).path(ARCHS[0])
+    record = tmp_path / "decisions.jsonl"
+    hf = SimpleNamespace(architectures=[ARCHS[0]], quantization_config=None)
+    with faked_gpu("cuda", (10, 0)), plugin_active(monkeypatch, RELEASE_REF, record=str(record)):
+        server_args = sglang_0523._parse(["--model-path", model, "--kv-cache-dtype", "fp8_e4m3", *HISPARSE])
+        server_args._quantization_explicitly_unset = False  # what resolution sets before the provider runs
+        provider = sys.modules[M3_MODULE]._minimax_m3_overrides
+        first, second = _call(provider, server_args, hf), _call(provider, server_args, hf)
+    assert first[0] == second[0] == ("ok", {"attention_backend": "trtllm_mha", "page_size": 128,
+                                            "moe_runner_backend": "triton"})
+    assert [line for _, line in first[1]] == [
+        "MiniMax-M3 on SM100: attention_backend=trtllm_mha, page_size=128, moe_runner_backend=auto.",
+        "MiniMax-M3 fp8 attention GEMMs active (kv_cache_dtype fp8_e4m3 + trtllm_mha on SM100): fp8 main/index "
+        "KV, fp8-cast q, fp8 sparse/MSA kernels. Set SGLANG_DISABLE_M3_FP8_ATTN_GEMM=1 to force the pre-fp8 "
+        "numerics.",
+        f"hisparse-router: MiniMax-M3 routing decided by policy {FAMILY}@3 sha256="
+        f"{engine.load_policy(f'{FAMILY}@3').sha256[:12]}"]
+    assert not any(line.startswith("hisparse-router:") for _, line in second[1])
+    (entry,) = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert entry["decision"]["backends"]["attention"] == "trtllm_mha" and entry["decision"]["sm_major"] == 10

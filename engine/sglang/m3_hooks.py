@@ -126,8 +126,8 @@ class M3Routing(PolicyRouting):
             declared = {f: part.config[f] for f in self.part_fields
                         if part.config[f] != self.policy.complete(before)[f]}
             launch = None
-            if is_server_args(record):
-                launch = self._decide_launch(record, record, found)
+            if is_server_args(record):  # decided once per record, however often SGLang collects it
+                launch = self._launch_of(record) or self._decide_launch(record, record, found)
                 if not launch.decision.in_scope:
                     return original(server_args, hf_config)
                 self._guard(launch.decision, declared)
