@@ -119,7 +119,7 @@ def alone(release) -> dict:
 
 
 def main(sample: int, seed: int) -> dict:
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
     from engine.sglang.conform import pipeline as driver
     from engine.sglang.conform.cases import case_of
     from engine.sglang.conform.sample import configs_of

@@ -102,7 +102,7 @@ def _register_m3(policy, shown_as, on_decision, release) -> None:
     module, the launch held against the release's own shipped version of the family (m3_hooks)."""
     from engine.errors import HisparseError
     from engine.files.shipped import shipped_policy_dir
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
     from engine.sglang.hook_targets import class_family_of
     from engine.sglang.m3_hooks import M3Routing
 
