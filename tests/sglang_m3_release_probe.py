@@ -11,8 +11,6 @@ import logging
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 PROVIDER_MODULE = "sglang.srt.arg_groups.model_overrides.minimax_m3"
 
 

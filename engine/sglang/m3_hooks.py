@@ -230,7 +230,7 @@ def _difference(decision, expected) -> str | None:
     for name in ours_config:
         if name in their_config and ours_config[name] != their_config[name]:
             return f"{name}: {ours_config[name]!r} by the policy, {their_config[name]!r} by SGLang's code"
-    ours = [line for line, at in zip(decision.log, decision._log_stages) if at != PART]
+    ours = decision.lines_outside(PART)
     if ours != list(expected.log):
         return f"the log lines: {ours!r} by the policy, {list(expected.log)!r} by SGLang's code"
     return None
