@@ -36,17 +36,21 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "LlamaForCausalLM": ("LlamaConfig", {}),
     # written as plain JSON (RAW): the fields SGLang's own config classes need to load the model
     "DeepseekV4ForCausalLM": (None, {}),
+    "DeepseekV4ForCausalLMNextN": (None, {}),
+    "DeepseekV4ForCausalLMDSpark": (None, {}),
     "DeepseekV41ForCausalLM": (None, {}),
     "MiniMaxM3SparseForCausalLM": (None, {}),
 }
 
+# what SGLang reads of a V4 config to load it (ModelConfig's V4 shapes); transformers 5.12.1's own
+# DeepseekV4Config, which parses the file first, wants compress_ratios in {0, 4, 128} and one per layer
 _V4 = {"sliding_window": 128, "index_head_dim": 128, "num_hidden_layers": 4}
 # architecture -> the whole config.json (SGLang reads DeepSeek-V4's with its own alias of
 # DeepseekV3Config, V4.1's with its own DeepseekV41Config from 0.5.21; MiniMax-M3's text model
 # under a model_type transformers knows)
 RAW = {
-    "DeepseekV4ForCausalLM": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
-                              "compress_ratios": [0, 4, 128, 4], **_V4},
+    **{arch: {"architectures": [arch], "model_type": "deepseek_v4", "compress_ratios": [0, 4, 128, 4], **_V4}
+       for arch in ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")},
     "DeepseekV41ForCausalLM": {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
                                "compress_ratios": [1, 2, 4, 128], **_V4},
     "MiniMaxM3SparseForCausalLM": {
