@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make run` (the main job on the shipped default policy) and
 # `make test`. Each creates .venv if it is missing and installs what it needs, no more: `run` the
-# project with PyYAML, jsonschema, a CPU torch and numpy; `test` adds pytest, hypothesis and
-# SGLang 0.5.23 with the light pins its start-up code needs (the conform tests). One stamp file per
+# project with PyYAML, jsonschema, a CPU torch and numpy; `test` adds pytest (with xdist), hypothesis
+# and SGLang 0.5.23 with the light pins its start-up code needs (the conform tests). One stamp file per
 # step, so `make run` then `make test` installs only the difference.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,7 +22,7 @@ CONFORM_DEPS = $(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(ope
 # everything: what `run` and `test` need
 install: $(TEST_STAMP)
 
-$(RUN_STAMP): pyproject.toml setup.py $(wildcard kernels_bridge/*.c)  # the C helpers build at install
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
@@ -43,14 +43,16 @@ $(TEST_STAMP): $(RUN_STAMP) $(CONFORM_STAMP)
 run: $(RUN_STAMP)
 	@bash examples/run.sh $(BIN)
 
+# the suite on one pytest worker per CPU (pytest-xdist; TEST_WORKERS=0 runs it in one process)
+TEST_WORKERS ?= auto
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # the checks `make test` runs on samples and smaller domains, whole: every shipped version's whole
 # domain through the bulk evaluator, diff and lint, conform's larger sample, the whole suite without
 # SGLang (tests marked `whole`; CI runs it)
 test-whole: $(TEST_STAMP)
-	HISPARSE_WHOLE=1 $(BIN)/python -m pytest -q -m whole
+	HISPARSE_WHOLE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m whole
 
 check: $(RUN_STAMP)
 	$(BIN)/hisparse check policies/

@@ -97,59 +97,44 @@ def dequant(quick: bool) -> tuple[dict, dict]:
     row into a bf16 [n, 576] tensor. Both write into preallocated outputs, touched before the
     timing, so neither pays page faults on fresh memory (which at large sizes dominate a fresh
     output and flatter whichever side writes less); the same pair with fresh outputs is recorded
-    beside, to show that effect. One curve over several row counts, measured side by side, with
-    the torch code alone (as where the C helpers were not built) in the same alternation."""
-    from kernels_bridge import fp8
-    from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8, quantize_kv_fp8
-
-    class no_c_helpers:  # what fp8.py sees where the C helpers were not built
-        @staticmethod
-        def unpack_fp8():
-            return None
-
-    def torch_only(rows, out):
-        saved, fp8.native = fp8.native, no_c_helpers
-        try:
-            return dequantize_kv_fp8(rows, out=out)
-        finally:
-            fp8.native = saved
+    beside, to show that effect. One curve over several row counts for each scale mode (SGLang's
+    raw scales, FlashMLA's powers of two), measured side by side; the goal holds the worst."""
+    from kernels_bridge.fp8 import D_QK, SCALE_MODES
 
     g = torch.Generator().manual_seed(3)
     sizes = DEQUANT_ROWS[:3] if quick else DEQUANT_ROWS
-    curve = []
-    for n in sizes:
-        rows = quantize_kv_fp8(torch.randn(n, D_QK, generator=g).to(torch.bfloat16))
-        codes = rows[:, :D_QK]  # the baseline's input: as many bytes as the output has elements
-        out_dq = torch.zeros(n, D_QK, dtype=torch.bfloat16)
-        out_cv = torch.zeros(n, D_QK, dtype=torch.bfloat16)
-        out_torch = torch.zeros(n, D_QK, dtype=torch.bfloat16)
-        repeats = max(5, (3 if quick else 9) * (16384 // n))  # small sizes: more repeats
-        t = interleaved({"dequantize": lambda: dequantize_kv_fp8(rows, out=out_dq),
-                         "convert": lambda: out_cv.copy_(codes),
-                         "dequantize_torch": lambda: torch_only(rows, out_torch),
-                         "dequantize_fresh": lambda: dequantize_kv_fp8(rows),
-                         "convert_fresh": lambda: codes.to(torch.bfloat16)}, repeats)
-        written = n * D_QK * 2
-        curve.append({"rows": n, "bytes_read": n * FP8_ROW_BYTES, "bytes_written": written,
-                      "dequantize_ms": round(t["dequantize"] * 1e3, 3), "convert_ms": round(t["convert"] * 1e3, 3),
-                      "dequantize_gbs": round(written / t["dequantize"] / 1e9, 2),
-                      "convert_gbs": round(written / t["convert"] / 1e9, 2),
-                      "ratio": round(t["convert"] / t["dequantize"], 3),
-                      "torch_ms": round(t["dequantize_torch"] * 1e3, 3),
-                      "torch_ratio": round(t["convert"] / t["dequantize_torch"], 3),
-                      "torch_gbs": round(written / t["dequantize_torch"] / 1e9, 2),
-                      "fresh_dequantize_ms": round(t["dequantize_fresh"] * 1e3, 3),
-                      "fresh_convert_ms": round(t["convert_fresh"] * 1e3, 3),
-                      "fresh_ratio": round(t["convert_fresh"] / t["dequantize_fresh"], 3)})
-    probe = rows[:4096, :512].contiguous().view(torch.float8_e4m3fn)
+    modes = {mode: {"curve": [_dequant_point(n, mode, g, quick) for n in sizes]} for mode in SCALE_MODES}
+    probe = torch.randint(0, 120, (4096, 512), dtype=torch.uint8, generator=g).view(torch.float8_e4m3fn)
     cast = interleaved({"fp8_cast": lambda: probe.to(torch.float32)}, 5)["fp8_cast"]
-    worst = min(point["ratio"] for point in curve)
-    helpers = "C" if fp8.native.unpack_fp8() is not None else "torch"
-    return ({"curve": curve, "sizes": list(sizes), "output": "bf16 [n, 576], preallocated", "unpacking": helpers,
+    worst = min(point["ratio"] for m in modes.values() for point in m["curve"])
+    return ({"modes": modes, "sizes": list(sizes), "output": f"bf16 [n, {D_QK}], preallocated",
              "baseline": "uint8 -> bf16 conversion of 576 bytes a row into the same [n, 576] bf16 output",
              # what the table look-up replaces: torch's own float8_e4m3fn -> float32 conversion
              "fp8_cast_ns_per_element": round(cast / probe.numel() * 1e9, 2)},
             {"dequant_vs_convert": goal(worst, 0.25, "min")})
+
+
+def _dequant_point(n: int, mode: str, g, quick: bool) -> dict:
+    from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, dequantize_kv_fp8, quantize_kv_fp8
+
+    rows = quantize_kv_fp8(torch.randn(n, D_QK, generator=g).to(torch.bfloat16), scale_mode=mode)
+    codes = rows[:, :D_QK]  # the baseline's input: as many bytes as the output has elements
+    out_dq = torch.zeros(n, D_QK, dtype=torch.bfloat16)
+    out_cv = torch.zeros(n, D_QK, dtype=torch.bfloat16)
+    repeats = max(5, (3 if quick else 9) * (16384 // n))  # small sizes: more repeats
+    t = interleaved({"dequantize": lambda: dequantize_kv_fp8(rows, out=out_dq),
+                     "convert": lambda: out_cv.copy_(codes),
+                     "dequantize_fresh": lambda: dequantize_kv_fp8(rows),
+                     "convert_fresh": lambda: codes.to(torch.bfloat16)}, repeats)
+    written = n * D_QK * 2
+    return {"rows": n, "bytes_read": n * FP8_ROW_BYTES, "bytes_written": written,
+            "dequantize_ms": round(t["dequantize"] * 1e3, 3), "convert_ms": round(t["convert"] * 1e3, 3),
+            "dequantize_gbs": round(written / t["dequantize"] / 1e9, 2),
+            "convert_gbs": round(written / t["convert"] / 1e9, 2),
+            "ratio": round(t["convert"] / t["dequantize"], 3),
+            "fresh_dequantize_ms": round(t["dequantize_fresh"] * 1e3, 3),
+            "fresh_convert_ms": round(t["convert_fresh"] * 1e3, 3),
+            "fresh_ratio": round(t["convert_fresh"] / t["dequantize_fresh"], 3)}
 
 
 def run(quick: bool) -> str:
@@ -159,11 +144,12 @@ def run(quick: bool) -> str:
     curves = latency_curves(quick)
     dq, dq_goal = dequant(quick)
     goals.update(dq_goal)
-    line_plot("kernels_dequant_vs_rows", "dequantize_kv_fp8 vs a uint8 -> bf16 conversion writing the same bytes",
+    sg, fm = dq["modes"]["sglang"]["curve"], dq["modes"]["flashmla"]["curve"]
+    line_plot("kernels_dequant_vs_rows", "dequantize_kv_fp8 vs uint8 -> bf16 (the same bytes written)",
               "rows", "GB/s written (preallocated output)", dq["sizes"],
-              {f"dequantize_kv_fp8 ({dq['unpacking']})": [p["dequantize_gbs"] for p in dq["curve"]],
-               "dequantize_kv_fp8 (torch code alone)": [p["torch_gbs"] for p in dq["curve"]],
-               "uint8 -> bf16 conversion": [p["convert_gbs"] for p in dq["curve"]]}, logx=True, quick=quick)
+              {"dequantize_kv_fp8, SGLang's scales": [p["dequantize_gbs"] for p in sg],
+               "dequantize_kv_fp8, FlashMLA's scales": [p["dequantize_gbs"] for p in fm],
+               "uint8 -> bf16 conversion": [p["convert_gbs"] for p in sg]}, logx=True, quick=quick)
     line_plot("kernels_latency_vs_topk", "CPU reference FP8 sparse decode (h_q 128)", "top-k", "ms per call",
               curves["topk"], {"batch 1": curves["decode_ms_b1"], "batch 4": curves["decode_ms_b4"]}, quick=quick)
     line_plot("kernels_gflops_vs_batch", "CPU reference kernels vs float32 matmul (top-k 2048, h_q 128)",

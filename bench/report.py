@@ -20,7 +20,7 @@ LABELS = {
     "prefill_vs_matmul_b1": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=1", "ratio"),
     "prefill_vs_matmul_b8": ("reference BF16 prefill GFLOP/s / float32 matmul GFLOP/s, s_q=8", "ratio"),
     "dequant_vs_convert": ("`dequantize_kv_fp8` throughput / a uint8 -> bf16 conversion writing the same bytes "
-                           "(preallocated outputs; the worst of 1k-64k rows)", "ratio"),
+                           "(preallocated outputs; the worst of 1k-64k rows, SGLang's and FlashMLA's scales)", "ratio"),
     "translate_vs_copy_floor": ("`HotBuffer.translate` / its copy floor (64 requests, top-k 2048, 30 % misses)",
                                 "x time"),
 }
@@ -50,12 +50,26 @@ def performance_table() -> str:
             shown = ("yes" if value else "no") if isinstance(value, bool) else f"{value:g} {unit}".strip()
             rows.append(f"| {label} | {shown} | {g['goal']} | {'yes' if g['met'] else '**no**'} |")
     if machine:
-        load = machine.get("load_average")
+        loads = [f"{(r['machine'].get('load_average') or ['?'])[0]:g} ({name})" for name in ("engine", "kernels", "hotbuffer")
+                 if (r := _load(name)) and r["machine"].get("load_average")]
         rows.append("")
-        rows.append(f"Machine: {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
-                    f"{machine['python']}, torch {machine.get('torch')} pinned to {machine.get('torch_threads')} "
-                    f"thread(s)" + (f"; load average {load[0]:g} when the engine figures were taken." if load else "."))
+        rows.append(f"Machine: {_machines(('engine', 'kernels', 'hotbuffer'))}, Python {machine['python']}, torch "
+                    f"{machine.get('torch')} pinned to {machine.get('torch_threads')} thread(s)"
+                    + (f"; load average {', '.join(loads)} when the figures were taken." if loads else "."))
     return "\n".join(rows)
+
+
+def _machines(names) -> str:
+    """The machine the results were taken on, or each machine with the results it took."""
+    seen: dict = {}
+    for name in names:
+        r = _load(name)
+        if r:
+            m = r["machine"]
+            seen.setdefault(f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs", []).append(name)
+    if len(seen) == 1:
+        return next(iter(seen))
+    return "; ".join(f"{m} ({', '.join(names)} figures)" for m, names in seen.items())
 
 
 def _curve(dq: dict, key: str) -> str:
@@ -86,21 +100,21 @@ def accuracy_table() -> str:
                     f"| {span(f['cosine'], lambda x: f'{x:.5f}')} "
                     f"| {span([100 * x for x in f['max_err_over_peak']], lambda x: f'{x:.2g}')} % "
                     f"| {span(f['max_lse_diff'], lambda x: f'{x:.2g}')} |")
-    seeds = r["figures"]["setup"]["seeds"]
+    setup, seeds = r["figures"]["setup"], r["figures"]["setup"]["seeds"]
+    flashmla = r["figures"]["fp8_vs_bf16_flashmla_scales"]
+    cos = [c for f in flashmla.values() for c in f["cosine"]]
     rows.append("")
-    rows.append(f"Seeds {seeds[0]}-{seeds[-1]}; measured by `python -m bench --only accuracy`\n"
+    rows.append(f"SGLang's FP8 scales (raw amax/448), softmax scale {setup['softmax_scale']:g} ({setup['softmax_scale_of']}); "
+                f"with FlashMLA's power-of-two scales the cosine similarity is {min(cos):.5f}-{max(cos):.5f}.\n"
+                f"Seeds {seeds[0]}-{seeds[-1]}; measured by `python -m bench --only accuracy`\n"
                 "(`bench/results/accuracy.json`), bounded by `tests/test_reference.py`.")
     return "\n".join(rows)
 
 
-def _unpacking(dq: dict) -> str:
-    """How the dequantisation figures were made: in C (the torch code beside), or by torch."""
-    if dq.get("unpacking") != "C":
-        return (": widening, shifting, masking and the scale product with its bf16 rounding are four "
-                "passes where the conversion is one (the C helpers were not built)")
-    return (f": the C helpers (`kernels_bridge/fp8_unpack.c`) do it in one pass a row; the torch code "
-            f"alone, four passes (widening, shifting, masking, the scale product with its bf16 rounding), "
-            f"runs at {_curve(dq, 'torch_ratio')} in the same alternation")
+def _mode_curves(dq: dict, key: str) -> str:
+    """A figure's range over the dequantisation curve, for each scale mode."""
+    names = {"sglang": "SGLang's scales", "flashmla": "FlashMLA's"}
+    return ", ".join(f"{_curve(m, key)} ({names[mode]})" for mode, m in dq["modes"].items())
 
 
 def performance_notes() -> str:
@@ -110,16 +124,15 @@ def performance_notes() -> str:
         return "(run `make bench` to produce the figures)"
     missed = _missed([e, k, h])
     gpu = (_load("gpu") or {}).get("figures", {})
+    h_goals = h["goals"]
     e, h, m = e["figures"], h["figures"], m["figures"]
     dc, st, an = e["decision_cost"], e["startup"], e["analyses"]
-    k_goals = k["goals"]
-    rates, dq, a = k["figures"]["rates"], k["figures"]["dequant"], m["attend_32k_x8"]
+    rates, a = k["figures"]["rates"], m["attend_32k_x8"]
 
     def span(key: str) -> str:  # the range over the batch sizes measured
         lo, hi = (f"{f(row[key] for row in rates.values()):.0f}" for f in (min, max))
         return lo if lo == hi else f"{lo}-{hi}"
 
-    fp8, bf16, batch = h["fp8"], h["bf16"], h["vs_batch"]
     mb = 1e6
     heading = "every goal is met" if not missed else \
         f"and the goal{'s' if len(missed) > 1 else ''} missed, by how much and why"
@@ -147,43 +160,10 @@ def performance_notes() -> str:
   v9 -> v10 diff {an['diff_v9_v10_uncached']['cpu_s']} s. On a synthetic policy of
   {an['large_configs']:,} configs (v8 with two top-k values, `bench/engine_bench.py`):
   its deep lint {an['check_large']['cpu_s']} s, its diff from v8 {an['diff_v8_large']['cpu_s']} s.""")
-    lines.append(f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
-  decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
-  `torch.matmul` on the same FLOPs. FP8 rows whose scales are powers of two from 2^-126 to 2^7 (all
-  the quantizer writes for |x| up to 57,344) are dequantised without a table: each code's sign and 7
-  magnitude bits are moved into a float's bits and multiplied by 2^(e + 120), bit-identical to the
-  table; other rows go through a 256-entry table of code values (torch's own float8 -> float32
-  conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a
-  baseline that writes the same bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same
-  preallocated bf16 [n, 576] output), `dequantize_kv_fp8` runs at {_curve(dq, 'ratio')} of its speed
-  from {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(dq, 'dequantize_gbs')} GB/s written against
-  {_curve(dq, 'convert_gbs')} GB/s; `bench/results/kernels_dequant_vs_rows.png`){_unpacking(dq)}. With fresh outputs
-  instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows ({dq['curve'][-1]['bytes_written'] / 1e6:.0f} MB
-  written) cost more than the work: the ratio there is {dq['curve'][-1]['fresh_ratio']}, a size artefact, not a
-  speed. Latency grows linearly with top-k (`bench/results/kernels_latency_vs_topk.png`) and
-  batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""))
-    tb = h.get("fp8_tensor_bookkeeping")
-    where = {"C": "in C (`kernels_bridge/hot_buffer_lru.c`)", "tensors": "in tensor code (the C helpers were not built)"}
-    hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
-  floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
-  FP8 rows; {bf16['ratio']}x for BF16 rows), with the LRU bookkeeping {where[fp8.get('bookkeeping', 'tensors')]}. The floor is the
-  copy no translation can avoid: the same rows, one gather and one scatter of 8-byte words, timed
-  with the rows out of the cache, right after each step; the ratio is the median of the steps'
-  ratios.""")
-    if tb and fp8.get("bookkeeping") == "C":
-        hot += (f""" The C bookkeeping takes one request at a time: two passes over its top-k, one
-  over its LRU order, and writes to the slot maps only where a slot changed. The tensor code, the path on a GPU and where the C
-  helpers were not built, gives the same answers in whole-batch passes that re-rank every slot
-  of every request: {tb['translate_ms']} ms, {tb['ratio']}x, in the same run
-  ({batch['8']['ratio']}x at 8 requests to {batch['64']['ratio']}x at 64 with C: `hotbuffer_vs_batch.png`).""")
-    if "translate_vs_copy_floor" in missed:
-        hot += (f""" **Missed** (goal 1.25x, by {fp8['ratio'] / 1.25 - 1:.0%}): besides the copy, a step
-  spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms validating the top-k and on the bookkeeping, reading state the copy
-  and the flush before it pushed out of the cache.""")
-    lines.append(hot)
+    lines.append(_kernels_note(k, span, missed))
+    lines.append(_hot_buffer_note(h_goals, h, missed))
     for key in missed:  # a goal missed in this run without a note of its own above
-        if key not in ("translate_vs_copy_floor", "dequant_vs_convert"):
+        if key not in ("translate_vs_copy_floor", "dequant_vs_convert") and not key.startswith("decode_vs_matmul"):
             g = next(r["goals"][key] for r in (_load("engine"), _load("kernels")) if key in r["goals"])
             lines.append(f"- **{LABELS[key][0]}: missed in this run** ({g['value']:g} against {g['goal']}).")
     lines.append(f"""- **Memory**: a KV token takes 656 bytes as an FP8 row and 1,152 as BF16 ({m['kv_bytes_per_token']['fp8_saving']:.0%} less); a hot
@@ -201,6 +181,62 @@ def performance_notes() -> str:
   these figures were taken, so `bench/results/gpu.json` records that it did not run and why; run
   it on a GPU machine as [bridge.md](bridge.md#the-gpu-check) says.""")
     return "\n".join(lines)
+
+
+def _kernels_note(k: dict, span, missed: list) -> str:
+    """The reference kernels' and the dequantisation's paragraph."""
+    k_goals, dq = k["goals"], k["figures"]["dequant"]
+    sg = dq["modes"]["sglang"]
+    return (f"""- **Reference kernels** (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8
+  decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill) against {span('matmul_gflops')} GFLOP/s for float32
+  `torch.matmul` on the same FLOPs. FP8 rows are dequantised without a table, whatever their scales
+  (SGLang's raw amax/448 or FlashMLA's powers of two): each code's sign and 7 magnitude bits are
+  moved into a float16's bits, widened and multiplied by the scale times 2^8 in float32, then
+  rounded to bf16, bit-identical to a table of code values (torch's own float8 -> float32
+  conversion takes {dq['fp8_cast_ns_per_element']} ns an element here). Against a baseline that writes the same
+  bytes (a uint8 -> bf16 conversion of 576 bytes a row into the same preallocated bf16 [n, 576]
+  output), `dequantize_kv_fp8` runs at {_mode_curves(dq, 'ratio')} of its speed from
+  {dq['sizes'][0]:,} to {dq['sizes'][-1]:,} rows ({_curve(sg, 'dequantize_gbs')} GB/s written against {_curve(sg, 'convert_gbs')} GB/s with
+  SGLang's scales; `bench/results/kernels_dequant_vs_rows.png`): five passes (widening, shifting,
+  masking, to float32, the scale product) and the bf16 rounding against the conversion's one. With
+  fresh outputs instead, both pay page faults on new memory, which at {dq['sizes'][-1]:,} rows
+  ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
+  {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
+  (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one.""") + _decode_miss(k, missed))
+
+
+def _decode_miss(k: dict, missed: list) -> str:
+    """Why the FP8 decode misses its goal against the matmul, where it does."""
+    keys = [key for key, g in k["goals"].items() if key.startswith("decode_vs_matmul") and not g["met"]]
+    if not keys or not any(key.startswith("decode_vs_matmul") for key in missed):
+        return ""
+    rates = k["figures"]["rates"]
+    extra = [row["decode_ms"] - row["prefill_ms"] for row in rates.values()]
+    values = [k["goals"][key]["value"] for key in keys]
+    return (f""" **Missed** (FP8 decode against the matmul, goal {k['goals'][keys[0]]['goal']}, at
+  {min(values):g}-{max(values):g} for {len(keys)} of {len(rates)} batch sizes): the decode dequantises its top-k rows before the
+  product, with the torch passes above, and takes {min(extra):.1f}-{max(extra):.1f} ms more than the BF16 prefill over the
+  same FLOPs.""")
+
+
+def _hot_buffer_note(h_goals: dict, h: dict, missed: list) -> str:
+    """The hot buffer's paragraph."""
+    fp8, bf16, batch = h["fp8"], h["bf16"], h["vs_batch"]
+    mb = 1e6
+    hot = (f"""- **Hot buffer**: `translate` takes {fp8['translate_ms']} ms per step against {fp8['floor_ms']} ms for its copy
+  floor ({fp8['ratio']}x; 64 requests, top-k 2048, buffer 4096, {fp8['rows_copied_per_step']:.0f} rows or {fp8['bytes_copied_per_step'] / mb:.1f} MB copied,
+  {fp8['miss_rate']:.0%} misses, FP8 rows; {bf16['ratio']}x for BF16 rows; {batch[min(batch, key=int)]['ratio']}x at {min(batch, key=int)} requests to
+  {batch[max(batch, key=int)]['ratio']}x at {max(batch, key=int)}: `hotbuffer_vs_batch.png`), as SGLang fills it (warm admission, the new
+  tokens written on the device). The floor is the copy no translation can avoid: the same rows, one
+  gather and one scatter of 8-byte words, timed with the rows out of the cache, right after each
+  step; the ratio is the median of the steps' ratios. The bookkeeping is whole-batch tensor passes
+  over int32 values, masks as arithmetic (a select a multiplication, a sign test a shift).""")
+    if "translate_vs_copy_floor" in missed:
+        hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): besides the copy,
+  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping: SGLang's LRU order
+  re-ranks every slot of every request each step, some 50 whole-batch passes over [requests, buffer] tensors.""")
+    return hot
 
 
 def headline() -> str:
@@ -227,8 +263,9 @@ def headline() -> str:
         f"`hisparse diff dsa-backends@9 dsa-backends@10` compares {an['diff_v9_v10_configs']:,} configs in "
         f"{an['diff_v9_v10']['cpu_s']} s.",
         f"- FP8 KV rows take {kv['fp8']} bytes a token against {kv['bf16']} for BF16 ({kv['fp8_saving']:.0%} less); FP8 "
-        f"decode against the BF16 kernel over the same rows: cosine similarity {min(cosines):.5f} or better, with logits "
-        f"of std up to {max(logit_std):.1f} ([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",
+        f"decode (SGLang's FP8 scales) against the BF16 kernel over the same rows, at the model's softmax scale: cosine "
+        f"similarity {min(cosines):.5f} or better, with logits of std up to {max(logit_std):.1f} "
+        f"([docs/bridge.md](docs/bridge.md#fp8-vs-bf16-accuracy)).",
         f"- The CPU reference kernels (h_q 128, top-k 2048, one thread) reach {span('decode_gflops')} GFLOP/s (FP8 "
         f"decode) and {span('prefill_gflops')} GFLOP/s (BF16 prefill), against {span('matmul_gflops')} GFLOP/s for a "
         f"float32 matmul of the same FLOPs.",
@@ -240,7 +277,7 @@ def headline() -> str:
     if gpu and gpu["figures"].get("skipped"):
         lines.append(f"- Not measured: FlashMLA on a GPU; `bench/results/gpu.json` records why ({gpu['figures']['reason']}).")
     machine = e["machine"]
-    lines += ["", f"Measured on {machine.get('cpu', machine['machine'])}, {machine['cpus']} CPUs, Python "
+    lines += ["", f"Measured on {_machines(('engine', 'kernels', 'hotbuffer', 'memory', 'accuracy'))}, Python "
                   f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
                   "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)

@@ -3,14 +3,11 @@ which bench/accuracy_bench.py measures and tests/test_reference.py bounds (one d
 both). They depend only on the seeds."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kernels_bridge.fp8 import quantize_kv_fp8
+from kernels_bridge.model_config import V32_SOFTMAX_SCALE as V32_SCALE  # SGLang's layer.scaling
 from kernels_bridge.reference import sparse_decode_fp8, sparse_prefill
-
-V32_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # DeepSeek-V3.2's softmax scale
 
 
 def _gen(seed):
@@ -33,17 +30,19 @@ def _indices(b, topk, rows, seed):
     return idx.to(torch.int32)
 
 
-def fp8_vs_bf16_figures(q_scale, seed=0, b=4, h_q=128, topk=2048, rows=8192):
+def fp8_vs_bf16_figures(q_scale, seed=0, b=4, h_q=128, topk=2048, rows=8192, scale_mode="sglang"):
     """Decode over the FP8 cache vs prefill over the same BF16 rows, same picked tokens.
 
-    kv: randn with per-channel magnitudes exp(N(0, 0.5)); q: randn * q_scale; DeepSeek-V3.2's
-    softmax scale. Returns a dict: logit_std (of the BF16 logits: how peaked attention is),
-    cosine similarity of the outputs, max |err| / max |ref|, max |lse difference|.
+    kv: randn with per-channel magnitudes exp(N(0, 0.5)), FP8 rows with `scale_mode`'s scales
+    (SGLang's raw amax/448 by default, as its server writes them); q: randn * q_scale;
+    DeepSeek-V3.2's softmax scale, as SGLang computes it. Returns a dict: logit_std (of the BF16
+    logits: how peaked attention is), cosine similarity of the outputs, max |err| / max |ref|,
+    max |lse difference|.
     """
     kv = _kv(rows, seed)
     q = (torch.randn(b, 1, h_q, 576, generator=_gen(seed + 1)) * q_scale).to(torch.bfloat16)
     idx = _indices(b, topk, rows, seed + 2)
-    cache = quantize_kv_fp8(kv).view(rows // 64, 64, 1, 656)
+    cache = quantize_kv_fp8(kv, scale_mode=scale_mode).view(rows // 64, 64, 1, 656)
     fp8_out, fp8_lse = sparse_decode_fp8(q, cache, idx, softmax_scale=V32_SCALE)
     bf16_out, _, bf16_lse = sparse_prefill(q.view(b, h_q, 576), kv.view(rows, 1, 576),
                                            idx.view(b, 1, topk), V32_SCALE)

@@ -27,25 +27,60 @@ BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.1
 
 def cmd_attend(argv) -> int:
     policy = policy_from_argv(argv)
+    parser, own = _attend_parser(policy)
+    collisions = colliding_inputs(policy, own)
+    if collisions:
+        raise HisparseError(collisions)
+    add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
+    ns = parser.parse_args(argv)
+    base = {name: True for name in ATTEND_ON if name in policy.inputs}
+    config = combined(policy, layers_from_args(policy, ns, base=base)).config
+    if ns.trace is not None:
+        return _attend_trace(policy, config, ns)
+    from kernels_bridge.workload_spec import DEFAULT_TOP_K, Workload
+
+    top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
+    top_k = DEFAULT_TOP_K if top_k is None else top_k
+    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
+                                  getattr(ns, "hisparse_device_buffer_size", None))
+    config = _with_sizes(policy, config, top_k, 2 * top_k if buffer_size is None else buffer_size)
+    if ns.compare and any(policy.canonical_key(k) == "kv_cache_dtype" for k in config):
+        raise UsageError("hisparse attend: --compare runs the workload on both fp8_e4m3 and bfloat16: "
+                         "leave out --kv-cache-dtype")
+    if ns.compare and ns.no_kernel:
+        raise UsageError("hisparse attend: --compare compares the kernels' accuracy: leave out --no-kernel")
+    decisions = _decisions(policy, config, COMPARED if ns.compare else (None,))
+    if isinstance(decisions, int):
+        return decisions
+    # every argument is checked before torch is imported: a mistake is answered at once
+    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality, ns.seed,
+                    ns.provider, ns.device, admission=ns.admission, release=ns.kernel_release,
+                    kernel=not ns.no_kernel)
+    return _attend_run(ns, work, decisions)
+
+
+def _attend_parser(policy):
+    """attend's parser and the option strings of its own (workload) options."""
     parser = Parser(prog="hisparse attend",
-                    description="A synthetic DSA decode workload end to end: the policy picks the decode "
-                                "backend, then every step runs top-k -> hot buffer -> bridge -> kernel. "
-                                "HiSparse is on and the radix cache off unless the flags say otherwise; "
-                                "top-k and hot-buffer size are SGLang's --hisparse-config fields (defaults "
-                                "2048 and 2 x top-k), checked by the policy with the rest of the config.")
+                    description="A DSA decode workload end to end: the policy picks the decode backend, then every "
+                                "step runs top-k -> hot buffer -> bridge -> kernel. HiSparse is on and the radix cache "
+                                "off unless the flags say otherwise; top-k and hot-buffer size are SGLang's "
+                                "--hisparse-config fields (defaults 2048 and 2 x top-k), checked by the policy with "
+                                "the rest of the config. The hot buffer does what SGLang's does, and its figures are "
+                                "SGLang's: hits, rows copied host -> device, new tokens written on the device.")
     add_policy_options(parser)
     from kernels_bridge.workload_spec import MAX_STEPS
 
     w = _Recorded(parser.add_argument_group("workload"))
-    w.add_argument("--requests", type=int_arg, default=4, help="requests decoded together (default 4)")
+    w.add_argument("--requests", type=int_arg, default=2, help="requests decoded together (default 2)")
     w.add_argument("--context", type=int_arg, default=4096,
                    help="tokens of KV per request at the start (default 4096); shorter than top-k: every "
                         "token is picked, as in SGLang")
     w.add_argument("--heads", type=int_arg, default=128, help="query heads: 64 or 128 (default 128)")
     for name, flag in WORKLOAD_INPUTS.items():
         if name not in policy.inputs:  # the policy does not declare it: attend's own option
-            what = ("positions the indexer picks per step (default 2048)" if name == "hisparse_top_k"
-                    else "hot-buffer slots per request, a multiple of 64 (default 2 x top-k)")
+            what = ("positions the indexer picks per step (default 2048; with --trace, the trace's)"
+                    if name == "hisparse_top_k" else "hot-buffer slots per request, a multiple of 64 (default 2 x top-k)")
             w.add_argument(flag, dest=name, type=int_arg, default=None, help=what)
     w.add_argument("--steps", type=int_arg, default=8, help=f"decode steps (default 8, at most {MAX_STEPS:,})")
     w.add_argument("--locality", type=float, default=0.7,
@@ -63,31 +98,45 @@ def cmd_attend(argv) -> int:
     w.add_argument("--compare", action="store_true",
                    help="run the workload on an FP8 (fp8_e4m3) and a BF16 KV cache and report both side by "
                         "side: latency, memory, accuracy against dense float64")
+    _hot_buffer_options(w)
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    collisions = colliding_inputs(policy, w.options)
-    if collisions:
-        raise HisparseError(collisions)
-    add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
-    ns = parser.parse_args(argv)
-    from kernels_bridge.workload_spec import DEFAULT_TOP_K, Workload
+    return parser, w.options
 
-    base = {name: True for name in ATTEND_ON if name in policy.inputs}
-    config = combined(policy, layers_from_args(policy, ns, base=base)).config
-    top_k = _workload_value(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
-    top_k = DEFAULT_TOP_K if top_k is None else top_k
-    buffer_size = _workload_value(policy, config, "hisparse_device_buffer_size",
-                                  getattr(ns, "hisparse_device_buffer_size", None))
-    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size",
-                                                     2 * top_k if buffer_size is None else buffer_size)):
-        if name in policy.inputs:  # the policy checks the workload it runs, not its defaults
+
+def _hot_buffer_options(w) -> None:
+    from kernels_bridge.layout import ADMISSIONS, KERNEL_RELEASES as RELEASES
+
+    w.add_argument("--admission", choices=ADMISSIONS, default="normal",
+                   help="how SGLang admits a request: normal (after its own prefill: the buffer starts with its "
+                        "first tokens, warm; the default) or disaggregated (a decode node's: long requests start "
+                        "cold, short ones preloaded from the host)")
+    w.add_argument("--kernel-release", choices=RELEASES, default=RELEASES[0],
+                   help="SGLang's swap-in kernel: 0.5.23 (0.5.21 and later; the default) or 0.5.12 (up to 0.5.20, "
+                        "which counts and copies top-k - hits - newest rows)")
+    w.add_argument("--no-kernel", action="store_true",
+                   help="the hot buffer's books alone: no KV built, no kernel, no accuracy (fast at any size)")
+    w.add_argument("--trace", metavar="FILE",
+                   help="replay a decode trace (JSON Lines, one step a line: each request's id, seq_len and top-k; "
+                        "docs/bridge.md) through the hot buffer: SGLang's hit rate and copies per step and in "
+                        "total; no kernel runs (the trace carries no KV)")
+
+
+def _with_sizes(policy, config: dict, top_k: int, buffer_size: int) -> dict:
+    """The config with the workload's top-k and buffer size, where the policy reads them (it checks
+    the workload it runs, not its defaults)."""
+    for name, value in (("hisparse_top_k", top_k), ("hisparse_device_buffer_size", buffer_size)):
+        if name in policy.inputs:
             config = _with(policy, config, name, value)
-    if ns.compare and any(policy.canonical_key(k) == "kv_cache_dtype" for k in config):
-        raise UsageError("hisparse attend: --compare runs the workload on both fp8_e4m3 and bfloat16: "
-                         "leave out --kv-cache-dtype")
+    return config
+
+
+def _decisions(policy, config: dict, dtypes):
+    """The decode decision for each KV cache dtype (None: the config's own), or an exit code when
+    the policy rejects the config or chose a backend the bridge cannot run."""
     from kernels_bridge.backends import unsupported
 
     decisions = {}
-    for dtype in COMPARED if ns.compare else (None,):
+    for dtype in dtypes:
         decision = policy.evaluate(config if dtype is None else _with(policy, config, "kv_cache_dtype", dtype))
         if not decision.ok:
             print(f"REJECTED by {policy.ref}" + (f" with --kv-cache-dtype={dtype}" if dtype else "")
@@ -98,18 +147,30 @@ def cmd_attend(argv) -> int:
             print(f"hisparse attend: {why}", file=sys.stderr)
             return ERROR
         decisions[dtype or decision.config.get("kv_cache_dtype")] = decision
-    # every argument is checked before torch is imported: a mistake is answered at once
-    work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality,
-                    ns.seed, ns.provider, ns.device)
-    problems = work.problems([d.backends.get("decode") for d in decisions.values()])
-    from kernels_bridge.errors import BridgeError
-    from kernels_bridge.resources import memory_budget, parse_size
+    return decisions
 
-    max_bytes, limit = None, "--max-memory"
-    if ns.max_memory is not None:
-        max_bytes = parse_size(ns.max_memory)
-        if max_bytes is None:
-            problems.append(f"--max-memory {shown(ns.max_memory)}: expected a size such as 1073741824, 512M or 8G")
+
+def _limit(ns, problems: list):
+    """(max_bytes or None, where the limit comes from) from --max-memory."""
+    from kernels_bridge.resources import parse_size
+
+    if ns.max_memory is None:
+        return None, "--max-memory"
+    max_bytes = parse_size(ns.max_memory)
+    if max_bytes is None:
+        problems.append(f"--max-memory {shown(ns.max_memory)}: expected a size such as 1073741824, 512M or 8G")
+    return max_bytes, "--max-memory"
+
+
+def _attend_run(ns, work, decisions) -> int:
+    """Check the workload (before torch), run it on each decision, print the reports."""
+    from kernels_bridge.errors import BridgeError
+    from kernels_bridge.resources import memory_budget
+
+    problems = work.problems([d.backends.get("decode") for d in decisions.values()])
+    if ns.threads is not None and ns.threads < 1:
+        problems.append(f"--threads {ns.threads}: at least 1")
+    max_bytes, limit = _limit(ns, problems)
     if problems:
         raise UsageError("hisparse attend: " + "; ".join(problems))
     try:
@@ -120,41 +181,100 @@ def cmd_attend(argv) -> int:
     except BridgeError as exc:
         print(f"hisparse attend: {exc}", file=sys.stderr)
         return ERROR
-    try:
-        import torch  # the bridge needs it; say so plainly when it is missing
-    except ImportError as exc:
-        print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
+    torch = _torch(ns)
+    if torch is None:
         return ERROR
-    if ns.threads is not None:
-        torch.set_num_threads(ns.threads)
-    from kernels_bridge.workload import compare_text, report_text, run
-
     reports = {}
     for dtype, decision in decisions.items():
-        building = Progress("building KV", 0, unit="rows", tenths=True)
-        try:
-            reports[dtype] = run(decision, work, progress=Progress("step", ns.steps, delay=0.0),
-                                 max_bytes=max_bytes, limit=limit, build_progress=building)
-        except BridgeError as exc:
-            print(f"hisparse attend: {exc}", file=sys.stderr)
-            return ERROR
-        except MemoryError:
-            print("hisparse attend: out of memory while building the workload; make it smaller or lower "
-                  "--max-memory", file=sys.stderr)
-            return ERROR
-        except RuntimeError as exc:  # torch's allocator (DefaultCPUAllocator, CUDA out of memory)
-            text = str(exc)
-            if "alloc" not in text.lower() and "out of memory" not in text.lower():
-                raise
-            print(f"hisparse attend: the device could not allocate the workload ({clip(text.splitlines()[0], 160)}); "
-                  "make it smaller or lower --max-memory", file=sys.stderr)
-            return ERROR
-        finally:
-            building.close()
+        report = _run_one(ns, work, decision, max_bytes, limit)
+        if isinstance(report, int):
+            return report
+        reports[dtype] = report
+    from kernels_bridge.workload_text import compare_text, report_text
+
     if ns.format == "json":
         emit_json({"compare": reports} if ns.compare else reports[next(iter(reports))])
     else:
         print(compare_text(reports) if ns.compare else report_text(reports[next(iter(reports))]))
+    return OK
+
+
+def _torch(ns):
+    """torch, with --threads applied; None (after saying what to install) when it is missing."""
+    try:
+        import torch  # the bridge needs it; say so plainly when it is missing
+    except ImportError as exc:
+        print(f"hisparse attend: {BRIDGE_HINT} ({exc})", file=sys.stderr)
+        return None
+    if ns.threads is not None:
+        torch.set_num_threads(ns.threads)
+    return torch
+
+
+def _run_one(ns, work, decision, max_bytes, limit):
+    """One run's report, or an exit code after saying why it could not run."""
+    from kernels_bridge.errors import BridgeError
+    from kernels_bridge.workload import run
+
+    building = Progress("building KV", 0, unit="rows", tenths=True)
+    try:
+        return run(decision, work, progress=Progress("step", ns.steps, delay=0.0), max_bytes=max_bytes,
+                   limit=limit, build_progress=building)
+    except BridgeError as exc:
+        print(f"hisparse attend: {exc}", file=sys.stderr)
+    except MemoryError:
+        print("hisparse attend: out of memory while building the workload; make it smaller or lower "
+              "--max-memory", file=sys.stderr)
+    except RuntimeError as exc:  # torch's allocator (DefaultCPUAllocator, CUDA out of memory)
+        text = str(exc)
+        if "alloc" not in text.lower() and "out of memory" not in text.lower():
+            raise
+        print(f"hisparse attend: the device could not allocate the workload ({clip(text.splitlines()[0], 160)}); "
+              "make it smaller or lower --max-memory", file=sys.stderr)
+    finally:
+        building.close()
+    return ERROR
+
+
+def _attend_trace(policy, config: dict, ns) -> int:
+    """--trace: check the file, size the books from it, let the policy judge the config, replay."""
+    from kernels_bridge.errors import BridgeError
+
+    if ns.compare:
+        raise UsageError("hisparse attend: --trace replays one trace; leave out --compare")
+    own_top_k = _given(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
+    buffer_size = _given(policy, config, "hisparse_device_buffer_size",
+                         getattr(ns, "hisparse_device_buffer_size", None))
+    problems = []
+    max_bytes, limit = _limit(ns, problems)
+    if problems:
+        raise UsageError("hisparse attend: " + "; ".join(problems))
+    if _torch(ns) is None:
+        return ERROR
+    from kernels_bridge.trace import scan
+    from kernels_bridge.trace_replay import replay
+
+    try:
+        info = scan(ns.trace, own_top_k)
+        buffer_size = 2 * info.top_k if buffer_size is None else buffer_size
+        if buffer_size < info.top_k or buffer_size % 64:
+            raise UsageError(f"hisparse attend: --hisparse-device-buffer-size {buffer_size}: a multiple of 64 "
+                             f"and at least the trace's top-k ({info.top_k})")
+        decisions = _decisions(policy, _with_sizes(policy, config, info.top_k, buffer_size), (None,))
+        if isinstance(decisions, int):
+            return decisions
+        progress = Progress("step", info.steps, delay=0.0)
+        report = replay(next(iter(decisions.values())), info, buffer_size, admission=ns.admission,
+                        release=ns.kernel_release, device=ns.device, max_bytes=max_bytes, progress=progress)
+    except BridgeError as exc:
+        print(f"hisparse attend: {exc}", file=sys.stderr)
+        return ERROR
+    from kernels_bridge.workload_text import trace_text
+
+    if ns.format == "json":
+        emit_json(report)
+    else:
+        print(trace_text(report))
     return OK
 
 
@@ -200,6 +320,14 @@ def _with(policy, config: dict, name: str, value) -> dict:
     out = {k: v for k, v in config.items() if policy.canonical_key(k) != name}
     out[name] = value
     return out
+
+
+def _given(policy, config: dict, name: str, own):
+    """A workload knob's value when it was typed (attend's own flag, or the policy input's flag),
+    else None."""
+    if own is not None or name not in policy.inputs:
+        return own
+    return next((v for k, v in config.items() if policy.canonical_key(k) == name), None)
 
 
 def _workload_value(policy, config: dict, name: str, own):

@@ -44,14 +44,18 @@ def run_backend(backend: str, q: torch.Tensor, kv_cache: torch.Tensor, indices: 
                 sm_scale: Optional[float] = None, softmax_scale: Optional[float] = None,
                 attn_sink: Optional[torch.Tensor] = None,
                 topk_length: Optional[torch.Tensor] = None, provider: str = "auto",
-                d_v: int = D_V, check_finite: bool = False) -> AttentionResult:
+                d_v: int = D_V, check_finite: bool = False,
+                seq_lens: Optional[torch.Tensor] = None) -> AttentionResult:
     """Run one attention backend on validated arguments.
 
     flashmla_sparse: q bf16 [s_q, h_q, 576], kv_cache bf16 [s_kv, 1, 576], indices int32
       [s_q, 1, topk]; sm_scale required; topk_length int32 [s_q] optional.
     flashmla_kv: q bf16 [b, s_q, h_q, 576], kv_cache uint8/int8/float8_e4m3fn
       [num_blocks, block_size, 1, 656], indices int32 [b, s_q, topk] flat rows or -1;
-      softmax_scale optional (1/sqrt(576)); no topk_length (FlashMLA's V3.2 decode has none).
+      softmax_scale optional (1/sqrt(576); SGLang passes the model's, see `model_config`); no
+      topk_length (FlashMLA's V3.2 decode has none); seq_lens int [b] optional, each request's
+      length: FlashMLA's scheduling metadata is built from min(seq_len, topk), as SGLang builds it
+      (default topk; the reference ignores it).
     Both: attn_sink f32 [h_q] optional; d_v 512; check_finite=True rejects NaN/inf in q.
     provider: "auto" | "reference" | "flashmla" (ProviderUnavailable with the reason when
     FlashMLA cannot run these tensors).
@@ -60,10 +64,13 @@ def run_backend(backend: str, q: torch.Tensor, kv_cache: torch.Tensor, indices: 
     _check_choice("backend", backend, BACKENDS, "the bridge provides")
     _check_choice("provider", provider, PROVIDERS, "providers are")
     if backend == "flashmla_sparse":
+        if seq_lens is not None:
+            raise ValidationError("seq_lens: flashmla_sparse takes no seq_lens (its scheduling has no "
+                                  f"metadata); got {describe(seq_lens)}", argument="seq_lens")
         return _run_sparse(q, kv_cache, indices, sm_scale, softmax_scale, attn_sink,
                            topk_length, provider, d_v, check_finite)
     return _run_kv(q, kv_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length,
-                   provider, d_v, check_finite)
+                   provider, d_v, check_finite, seq_lens)
 
 
 def select_provider(backend: str, device: Optional[torch.device], provider: str = "auto", *,
@@ -116,7 +123,7 @@ def _run_sparse(q, kv, indices, sm_scale, softmax_scale, attn_sink, topk_length,
 
 
 def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length, provider, d_v,
-            check_finite) -> AttentionResult:
+            check_finite, seq_lens=None) -> AttentionResult:
     if sm_scale is not None:
         raise ValidationError("sm_scale: flashmla_kv takes its scale as softmax_scale "
                               f"(default 1/sqrt(576)); got sm_scale={shown(sm_scale)}",
@@ -127,7 +134,8 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
             f"kernel has no dynamic top-k length); mark unused slots with -1; got "
             f"{describe(topk_length)}", argument="topk_length")
     check_d_v(d_v)
-    shape = check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite)
+    shape = check_decode(q, k_cache, indices, softmax_scale, attn_sink, check_finite=check_finite,
+                         seq_lens=seq_lens)
     chosen, _ = select_provider("flashmla_kv", q.device, provider,
                                 attn_sink=attn_sink is not None, h_q=shape.h_q,
                                 block_size=shape.block_size)
@@ -137,7 +145,7 @@ def _run_kv(q, k_cache, indices, sm_scale, softmax_scale, attn_sink, topk_length
                                q.new_empty(b, s_q, h_q, dtype=torch.float32).transpose(1, 2), None, chosen)
     _check_output_memory(q, shape.b * shape.s_q, shape.h_q)
     if chosen == "flashmla":
-        out, lse = flashmla.decode_call(q, k_cache, indices, softmax_scale, attn_sink)
+        out, lse = flashmla.decode_call(q, k_cache, indices, softmax_scale, attn_sink, seq_lens)
     else:
         out, lse = reference.decode_compute(q, k_cache, indices, softmax_scale, attn_sink)
     return AttentionResult(out, lse, None, chosen)

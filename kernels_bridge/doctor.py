@@ -22,9 +22,8 @@ def doctor_report() -> dict:
     Keys: python, platform, torch {version, cuda, cuda_available, device_count},
     device {name, capability, index} or None, flash_mla {imports, version, error (the import
     error text), flavour, usable, reasons (every reason it is not usable), reason (them joined),
-    probe_error (only when probing itself failed)}, c_helpers {loaded, reason (why not, else
-    None)},
-    backends {name: {provider, reason}} (what provider="auto" picks here, and why).
+    probe_error (only when probing itself failed)}, backends {name: {provider, reason}} (what
+    provider="auto" picks here, and why).
     """
     status = _guard(lambda: flashmla.flashmla_status(), {})
     flash_mla = {
@@ -47,7 +46,6 @@ def doctor_report() -> dict:
         "numpy": _numpy_facts(),
         "device": _guard(_device_facts, None),
         "flash_mla": flash_mla,
-        "c_helpers": _guard(_c_helper_facts, {"loaded": False, "reason": "probe failed"}),
         "backends": {name: _guard(lambda name=name: _auto_choice(name),
                                   {"provider": "reference", "reason": None})
                      for name in BACKENDS},
@@ -94,11 +92,6 @@ def render_doctor(report: dict) -> str:
     else:  # every reason, one a line
         lines.append(f"  FlashMLA   not usable, {len(reasons)} reasons:")
         lines += [f"             - {reason}" for reason in reasons]
-    helpers = report.get("c_helpers") or {}
-    if helpers.get("loaded"):
-        lines.append("  C helpers  loaded: the hot buffer's CPU bookkeeping and FP8 unpacking run in C")
-    else:
-        lines.append(f"  C helpers  not loaded, the tensor code runs (slower on the CPU): {helpers.get('reason')}")
     lines.append("backends (provider='auto' here)")
     width = max(len(name) for name in report.get("backends", {"": None}))
     for name, choice in report.get("backends", {}).items():
@@ -116,14 +109,6 @@ def _guard(probe: Callable, fallback):
         if isinstance(fallback, dict):
             return {**fallback, "error": f"{type(exc).__name__}: {exc}"}
         return fallback
-
-
-def _c_helper_facts() -> dict:
-    """Whether the C helpers (native.py) run here, and why not."""
-    from kernels_bridge import native
-
-    reason = native.reason()
-    return {"loaded": not reason, "reason": reason or None}
 
 
 def _numpy_facts() -> dict:

@@ -25,8 +25,12 @@ def shown(value: Any) -> str:
 
 
 def describe(value: Any) -> str:
-    """How error messages show an argument: a tensor's shape, dtype and device, else its type."""
-    shape = getattr(value, "shape", None)
+    """How error messages show an argument: a tensor's shape, dtype and device, else its type.
+    A nested tensor, whose .shape raises, is shown by its sizes' count and dtype."""
+    try:
+        shape = getattr(value, "shape", None)
+    except RuntimeError:  # a nested (ragged) tensor has no single shape
+        return f"a nested tensor of {value.size(0)} tensors, dtype {value.dtype}, device {value.device}"
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
         return f"shape {tuple(shape)}, dtype {dtype}, device {getattr(value, 'device', '?')}"

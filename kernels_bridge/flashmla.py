@@ -308,17 +308,18 @@ def sparse_prefill_flashmla(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, t
     return prefill_call(q, kv, indices, sm_scale, attn_sink, topk_length)
 
 
-def sparse_decode_fp8_flashmla(q, k_cache, indices, softmax_scale=None, attn_sink=None):
+def sparse_decode_fp8_flashmla(q, k_cache, indices, softmax_scale=None, attn_sink=None, seq_lens=None):
     """Sparse FP8 `flash_mla_with_kvcache`, validated, called the way SGLang calls it.
 
     q: bf16 [b, s_q, h_q, 576]; k_cache: uint8/int8/float8_e4m3fn [num_blocks, block_size, 1, 656];
     indices: int32 [b, s_q, topk] flat rows or -1; softmax_scale: float or None (1/sqrt(576));
-    attn_sink: f32 [h_q] or None.
+    attn_sink: f32 [h_q] or None; seq_lens: int [b] or None (each request's length, for the
+    scheduling metadata; None: topk).
     Returns (out bf16 [b, s_q, h_q, 512], lse f32 [b, h_q, s_q]), natural log.
     Raises ValidationError, or ProviderUnavailable when FlashMLA cannot run these tensors.
     """
-    check_decode(q, k_cache, indices, softmax_scale, attn_sink)
-    return decode_call(q, k_cache, indices, softmax_scale, attn_sink)
+    check_decode(q, k_cache, indices, softmax_scale, attn_sink, seq_lens=seq_lens)
+    return decode_call(q, k_cache, indices, softmax_scale, attn_sink, seq_lens)
 
 
 def prefill_call(q, kv, indices, sm_scale, attn_sink=None, topk_length=None):
@@ -343,8 +344,10 @@ def prefill_call(q, kv, indices, sm_scale, attn_sink=None, topk_length=None):
     return out, max_logits, lse
 
 
-def decode_call(q, k_cache, indices, softmax_scale=None, attn_sink=None):
-    """The decode call for arguments that already passed check_decode."""
+def decode_call(q, k_cache, indices, softmax_scale=None, attn_sink=None, seq_lens=None):
+    """The decode call for arguments that already passed check_decode. The scheduling metadata
+    is SGLang's (dsa_backend.py: `compute_dsa_seqlens` then `get_mla_metadata`): each request
+    attends to min(seq_len, topk) rows."""
     module, flavour = _require(q.device, "flashmla_kv", attn_sink=attn_sink is not None,
                                topk_length=False, h_q=q.shape[2], block_size=k_cache.shape[1])
     b, s_q, h_q, _ = q.shape
@@ -355,7 +358,10 @@ def decode_call(q, k_cache, indices, softmax_scale=None, attn_sink=None):
     scale = D_QK ** -0.5 if softmax_scale is None else float(softmax_scale)
     cache = k_cache if k_cache.dtype == torch.float8_e4m3fn else k_cache.view(torch.float8_e4m3fn)
     # Sparse decode attends to at most topk rows per request, which is what the scheduler needs.
-    cache_seqlens = torch.full((b,), topk, dtype=torch.int32, device=q.device)
+    if seq_lens is None:
+        cache_seqlens = torch.full((b,), topk, dtype=torch.int32, device=q.device)
+    else:
+        cache_seqlens = seq_lens.to(device=q.device, dtype=torch.int32).clamp(max=topk).contiguous()
     block_table = torch.empty((b, 0), dtype=torch.int32, device=q.device)  # unused when sparse
     sched, num_splits = module.get_mla_metadata(cache_seqlens, s_q * h_q, 1, h_q, True, topk)
     extra = {}

@@ -6,42 +6,47 @@
 | 512..527 | 4 x float32 scales, little-endian; scale i covers dims 128i..128i+127 |
 | 528..655 | 64 x bfloat16: RoPE dims 512..575, copied unquantized            |
 
-Numerics follow FlashMLA's `tests/quant.py` step for step, so rows written here are bit-identical to
-the ones FlashMLA's tests feed its kernels:
-- amax = max |x| over the 128-dim tile, taken in bf16 (exact), then widened to float32;
-- s = amax / 448 in float32; s = 2 ** ceil(log2(max(s, 1e-4))) with float32 `log2`, so every
-  scale is a power of two and an all-zero tile gets 2**-13. For bf16 inputs this is exactly the
-  smallest power of two >= max(amax / 448, 1e-4): amax / 448 never falls within a float32 ulp
-  above a power of two without equalling it (the tests check every bf16 amax);
-- code = float8_e4m3fn(float32(x) / s) (round to nearest even; torch's cast saturates at 448);
-- dequantized value = bf16(float32(code) * s).
-With power-of-two scales, dequantization is exact up to the final bf16 rounding, which is itself
-exact unless the product overflows: a tile whose amax exceeds about 1.94 * 2**127 (near bf16's
-maximum) gets s = 2**120 and a code of 256, and 256 * 2**120 = 2**128 overflows to inf. FlashMLA's
-reference quantizer behaves the same; real KV activations never come near.
+Two ways to choose a tile's scale, both with the same layout (`scale_mode`):
 
-Round-trip bound: |dequantize(quantize(x)) - x| <= max(2**-4 * |x|, 2**-10 * s) for every element x
-of a tile with scale s (e4m3 keeps 3 mantissa bits: half an ulp is 2**-4 relative in the normal
-range; below 2**-6 * s the codes are subnormal with spacing 2**-9 * s). The RoPE dims round-trip
-exactly.
+- ``"sglang"`` (the default): what SGLang's server writes (`memory_pool.py` -> the Triton kernel
+  `_quantize_k_cache_fast_kernel` of `dsa_quant_k_cache.py`), step for step in float32:
+  y = float32(x); s = max |y| / 448; inv = 1 / s; code = float8_e4m3fn(clamp(y * inv, -448, 448)),
+  round to nearest even. The scale is the raw amax / 448. An all-zero tile gets s = 0, inv = inf
+  and y * inv = NaN, which the clamp turns into -448 (PTX max.f32 returns its non-NaN operand):
+  codes 0xFE, dequantized to -0.0. Below an amax of 448 * 2**-128, 1 / s overflows to inf and
+  every nonzero code saturates to +-448 (real activations never come near). The division here is
+  IEEE's; Triton on a GPU divides with
+  div.full.f32 (within 2 ulp), so a GPU-written scale can differ from this one in its last bit.
+- ``"flashmla"``: FlashMLA's `tests/quant.py`, bit-identical to the rows its tests feed its
+  kernels: s = amax / 448 in float32, then s = 2 ** ceil(log2(max(s, 1e-4))) (a power of two; an
+  all-zero tile gets 2**-13); code = float8_e4m3fn(float32(x) / s). For bf16 inputs this is
+  exactly the smallest power of two >= max(amax / 448, 1e-4) (the tests check every bf16 amax).
+  A tile whose amax exceeds about 1.94 * 2**127 (near bf16's maximum) gets s = 2**120 and a code
+  of 256, and 256 * 2**120 = 2**128 overflows to inf on dequantization, as in FlashMLA's
+  reference; real KV activations never come near.
+
+Dequantized value = bf16(float32(code) * s), whatever the mode (`fp8_unpack` says how it is
+computed fast and bit-exactly). Round-trip bound, either mode (SGLang's above the saturation just
+described): |dequantize(quantize(x)) - x| <= max(2**-4 * |x|, 2**-10 * s) + 2**-8 * |x| for every
+element x of a tile with scale s (e4m3 keeps 3 mantissa bits: half an ulp is 2**-4 relative in the
+normal range; below 2**-6 * s the codes are subnormal with spacing 2**-9 * s; the last term covers
+the final bf16 rounding, zero for powers of two). The RoPE dims round-trip exactly.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels_bridge import native
-from kernels_bridge.errors import ValidationError, describe
+from kernels_bridge.errors import ValidationError, describe, shown
+from kernels_bridge.fp8_unpack import unpack_rows
 from kernels_bridge.layout import (BF16_ROW_BYTES, D_NOPE, D_QK, D_ROPE, FP8_ROW_BYTES,  # noqa: F401
-                                    NUM_TILES, SCALE_BYTES, TILE)  # the row layout, exported here too
+                                    NUM_TILES, ROPE_AT, SCALE_BYTES, SCALES_AT, TILE)  # exported here too
+from kernels_bridge.tensor_checks import check_readable, check_writable
 
-__all__ = ["FP8_ROW_BYTES", "quantize_kv_fp8", "dequantize_kv_fp8", "dequantize_kv_fp8_f32"]
+__all__ = ["FP8_ROW_BYTES", "SCALE_MODES", "quantize_kv_fp8", "dequantize_kv_fp8", "dequantize_kv_fp8_f32"]
 
 FP8_MAX = 448.0
 SCALE_FLOOR = 1e-4    # FlashMLA's FP8_AMAX_MARGIN: keeps an all-zero tile's scale at 2**-13
-
-# byte offsets inside a row
-SCALES_AT = D_NOPE            # 512
-ROPE_AT = D_NOPE + SCALE_BYTES  # 528
+SCALE_MODES = ("sglang", "flashmla")
 
 PACKED_DTYPES = (torch.uint8, torch.int8, torch.float8_e4m3fn)
 
@@ -56,21 +61,33 @@ def tile_scales(nope: torch.Tensor) -> torch.Tensor:
     return torch.pow(2, raw.clamp_min(SCALE_FLOOR).log2().ceil()).to(torch.float32)
 
 
-def quantize_kv_fp8(kv: torch.Tensor) -> torch.Tensor:
+def quantize_kv_fp8(kv: torch.Tensor, scale_mode: str = "sglang") -> torch.Tensor:
     """Pack bf16 KV rows into 656-byte FP8 rows.
 
-    kv: bf16 [..., 576] (any leading shape, any device, any strides).
-    Returns uint8 [..., 656], contiguous, on kv's device.
+    kv: bf16 [..., 576] (any leading shape, any device, any strides). scale_mode: ``"sglang"``
+    (raw amax / 448 scales, as SGLang's server writes them) or ``"flashmla"`` (FlashMLA's
+    power-of-two scales). Returns uint8 [..., 656], contiguous, on kv's device.
     """
-    if not isinstance(kv, torch.Tensor) or kv.dtype != torch.bfloat16 or kv.dim() < 1 \
-            or kv.shape[-1] != D_QK:
-        raise ValidationError(
-            f"kv: expected a bfloat16 tensor [..., {D_QK}] to quantize; got {describe(kv)}",
-            argument="kv")
+    if not isinstance(kv, torch.Tensor):
+        raise ValidationError(f"kv: expected a bfloat16 tensor [..., {D_QK}] to quantize; got {describe(kv)}",
+                              argument="kv")
+    check_readable(kv, "kv")
+    if kv.dtype != torch.bfloat16 or kv.dim() < 1 or kv.shape[-1] != D_QK:
+        raise ValidationError(f"kv: expected a bfloat16 tensor [..., {D_QK}] to quantize; got {describe(kv)}",
+                              argument="kv")
+    if scale_mode not in SCALE_MODES:
+        raise ValidationError(f"scale_mode: got {shown(scale_mode)}; expected one of {', '.join(SCALE_MODES)}",
+                              argument="scale_mode")
     lead = kv.shape[:-1]
     nope = kv[..., :D_NOPE].reshape(*lead, NUM_TILES, TILE)
-    scales = tile_scales(nope)  # [..., 4]
-    codes = (nope.float() / scales.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    if scale_mode == "flashmla":
+        scales = tile_scales(nope)  # [..., 4]
+        codes = (nope.float() / scales.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    else:
+        y = nope.float()
+        scales = y.abs().amax(dim=-1) / FP8_MAX
+        scaled = y * (1.0 / scales).unsqueeze(-1)
+        codes = scaled.nan_to_num_(nan=-FP8_MAX).clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     row = torch.empty(*lead, FP8_ROW_BYTES, dtype=torch.uint8, device=kv.device)
     row[..., :D_NOPE] = codes.reshape(*lead, D_NOPE).view(torch.uint8)
     row[..., SCALES_AT:ROPE_AT] = _bytes_of(scales)
@@ -82,173 +99,48 @@ def dequantize_kv_fp8(packed: torch.Tensor, out: torch.Tensor | None = None) -> 
     """Unpack 656-byte FP8 rows into bf16 KV rows.
 
     packed: uint8, int8 or float8_e4m3fn [..., 656] (any leading shape; a view of the cache is
-    fine). out: None, or a contiguous bf16 tensor [..., 576] of packed's leading shape on its
-    device, written in place (a caller that dequantizes every step reuses one). Returns bf16
-    [..., 576], contiguous, on packed's device (`out` when given).
+    fine), with either scale mode's scales. out: None, or a contiguous bf16 tensor [..., 576] of
+    packed's leading shape on its device, not requiring grad, written in place (a caller that
+    dequantizes every step reuses one). Returns bf16 [..., 576], contiguous, on packed's device
+    (`out` when given).
     """
-    if not isinstance(packed, torch.Tensor) or packed.dtype not in PACKED_DTYPES \
-            or packed.dim() < 1 or packed.shape[-1] != FP8_ROW_BYTES:
-        raise ValidationError(
-            f"packed: expected a uint8, int8 or float8_e4m3fn tensor [..., {FP8_ROW_BYTES}] of "
-            f"FP8 KV rows; got {describe(packed)}", argument="packed")
-    raw = packed.view(torch.uint8)  # same item size: a free reinterpretation
+    raw = _packed_bytes(packed, "packed")
     lead = raw.shape[:-1]
     if out is None:
         out = torch.empty(*lead, D_QK, dtype=torch.bfloat16, device=packed.device)
-    elif not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or out.shape != (*lead, D_QK) \
-            or out.device != packed.device or not out.is_contiguous():
-        raise ValidationError(
-            f"out: expected a contiguous bfloat16 tensor {list(lead) + [D_QK]} on {packed.device}; "
-            f"got {describe(out)}", argument="out")
-    _unpack(raw.reshape(-1, FP8_ROW_BYTES), out.view(-1, D_QK))  # the bf16 cast happens as it is written
+    else:
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or out.layout != torch.strided \
+                or out.is_nested or out.shape != (*lead, D_QK) or out.device != packed.device \
+                or not out.is_contiguous():
+            raise ValidationError(
+                f"out: expected a contiguous bfloat16 tensor {list(lead) + [D_QK]} on {packed.device}; "
+                f"got {describe(out)}", argument="out")
+        check_writable(out, "out")
+    unpack_rows(raw.reshape(-1, FP8_ROW_BYTES), out.view(-1, D_QK))
     return out
 
 
 def dequantize_kv_fp8_f32(rows: torch.Tensor) -> torch.Tensor:
     """Unpack FP8 rows straight to float32, for kernels that compute in float32.
 
-    rows: uint8 [n, 656]. Returns float32 [n, 576] holding exactly the values of
-    `dequantize_kv_fp8(rows).float()`: a code times a power-of-two scale is exact in float32 and
-    representable in bf16 (see the module docstring), so skipping the bf16 round trip changes no
-    bit; it saves a pass over the rows."""
-    out = torch.empty(rows.shape[0], D_QK, dtype=torch.float32, device=rows.device)
-    _unpack(rows, out)
+    rows: uint8, int8 or float8_e4m3fn [..., 656], checked as `dequantize_kv_fp8` checks
+    `packed`. Returns float32 [..., 576] holding exactly the values of
+    `dequantize_kv_fp8(rows).float()` (the bf16 rounding included), a pass cheaper."""
+    raw = _packed_bytes(rows, "rows")
+    out = torch.empty(*raw.shape[:-1], D_QK, dtype=torch.float32, device=rows.device)
+    unpack_rows(raw.reshape(-1, FP8_ROW_BYTES), out.view(-1, D_QK))
     return out
 
 
-ROWS_PER_STEP = 256  # rows a table look-up unpacks at a time: indices and values stay in the cache
-EXPONENT_ROWS = 1024  # rows the exponent path unpacks at a time: its bits stay in the cache
-_CODE_VALUES: dict = {}
-
-# The exponent path (see _unpack_by_exponent), per output dtype: (integer view of the output,
-# the factor that shifts an e4m3 byte's 7 magnitude bits to the top of the mantissa, the mask
-# that keeps them and the sign, the exponent of 2**120 added to a scale's float32 bits).
-_EXPONENT_PATH = {
-    torch.bfloat16: (torch.int16, 1 << 4, -0x7810, 120 << 7),   # mask 0x87F0
-    torch.float32: (torch.int32, 1 << 20, -0x78100000, 120 << 23),  # mask 0x87F00000
-}
-_SCALE_EXPONENTS = (1, 127 + 7)  # biased float32 exponents of the scales the exponent path takes
-
-
-def _code_values(device) -> torch.Tensor:
-    """float32 [256]: the value of every e4m3 code byte, by torch's own conversion (NaN for the
-    two NaN codes), so a table look-up gives exactly the bits the conversion gives."""
-    table = _CODE_VALUES.get(device)
-    if table is None:
-        table = torch.arange(256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn).float()
-        _CODE_VALUES[device] = table
-    return table
-
-
-def _unpack(raw: torch.Tensor, out: torch.Tensor) -> None:
-    """raw: uint8 [n, 656]; out: float32 or bf16 [n, 576], written with the dequantized rows.
-
-    On the CPU, rows whose scales allow it take the exponent path (_unpack_by_exponent); the
-    rest, and other devices, a look-up in the 256-entry table of code values: torch converts
-    float8_e4m3fn to float32 one element at a time (about 10 ns each on a CPU), the table
-    (index_select over int32 indices) gives the same floats several times faster."""
-    n = raw.shape[0]
-    if n == 0:
-        return
-    if raw.device.type == "cpu":
-        done = _unpack_in_c(raw, out)
-        if done == n:
-            return
-        raw, out, n = raw[done:], out[done:], n - done  # the rows C did not take
-    rope = raw[:, ROPE_AT:]
-    try:  # the bf16 RoPE dims read in place where the row stride allows it
-        rope = rope.view(torch.bfloat16)
-    except RuntimeError:
-        rope = rope.contiguous().view(torch.bfloat16)
-    out[:, D_NOPE:].copy_(rope)
-    if raw.device.type == "cpu" and _unpack_by_exponent(raw, out):
-        return
-    _unpack_by_table(raw, out, 0, n)
-
-
-def _unpack_in_c(raw: torch.Tensor, out: torch.Tensor) -> int:
-    """The rows fp8_unpack.c writes (the exponent path's bits in one pass a row): all, or up to
-    the first it cannot take (a scale off the exponent path, a NaN code); 0 where the C helpers
-    are not there or denormals are flushed."""
-    unpack = native.unpack_fp8()
-    if unpack is None or raw.stride(1) != 1 or not out.is_contiguous() or not _denormals_kept():
-        return 0
-    return unpack(raw.shape[0], raw.data_ptr(), raw.stride(0), out.data_ptr(), int(out.dtype == torch.float32))
-
-
-def _unpack_by_table(raw: torch.Tensor, out: torch.Tensor, start: int, stop: int) -> None:
-    """The NoPE dims of rows start..stop by the table of code values, a block at a time through
-    two reused buffers."""
-    table = _code_values(raw.device)
-    step = min(stop - start, ROWS_PER_STEP)
-    index = torch.empty(step, D_NOPE, dtype=torch.int32, device=raw.device)
-    values = torch.empty(step * D_NOPE, dtype=torch.float32, device=raw.device)
-    for lo in range(start, stop, step):
-        hi = min(stop, lo + step)
-        m = hi - lo
-        block = raw[lo:hi]
-        index[:m].copy_(block[:, :D_NOPE])
-        torch.index_select(table, 0, index[:m].view(-1), out=values[: m * D_NOPE])
-        scales = block[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32)  # [m, 4]
-        # scaled in place while contiguous (a broadcasting product into the strided output is
-        # several times slower), then copied (and for bf16 rounded) into the rows
-        values[: m * D_NOPE].view(m * NUM_TILES, TILE).mul_(scales.view(m * NUM_TILES, 1))
-        out[lo:hi, :D_NOPE].copy_(values[: m * D_NOPE].view(m, D_NOPE))
-
-
-def _unpack_by_exponent(raw: torch.Tensor, out: torch.Tensor) -> bool:
-    """The NoPE dims without a table, in four vectorised passes, when every scale is a power of
-    two 2**e with -126 <= e <= 7 (FlashMLA's quantizer writes 2**-13 .. 2**7 for any |x| up to
-    57,344); returns False, writing nothing, otherwise.
-
-    An e4m3 byte's sign and 7 magnitude bits, moved into a float's sign bit and the low bits of
-    its exponent and top of its mantissa, read as the code's value times 2**-120 (exponent bias
-    127 against e4m3's 7), subnormal codes included (they land on the float's subnormals).
-    Multiplying that by 2**(e + 120), a normal float, gives the same real number as code * 2**e,
-    rounded once: the same bits as the table's float32(code) * scale and its bf16 rounding.
-    Blocks holding a NaN code (none in a cache the quantizer wrote) go by the table instead; so
-    does everything when denormals are flushed (torch.set_flush_denormal)."""
-    bits_dtype, shift, mask, bias = _EXPONENT_PATH[out.dtype]
-    scale_bits = raw[:, SCALES_AT:ROPE_AT].contiguous().view(torch.int32)  # [n, 4]
-    magnitude = scale_bits & torch.iinfo(torch.int32).max  # the bits but the sign
-    low, high = torch.aminmax(magnitude)
-    low, high, fraction = torch.stack([low, high, (magnitude & 0x7FFFFF).amax()]).tolist()
-    lowest, highest = _SCALE_EXPONENTS
-    if low < lowest << 23 or high > highest << 23 or fraction or not _denormals_kept():
-        return False
-    if out.dtype == torch.bfloat16:  # 2**(e + 120) in bf16: the top half of its float32 bits
-        factors = ((scale_bits >> 16) + bias).to(torch.int16).view(torch.bfloat16)
-    else:
-        factors = (scale_bits + bias).view(torch.float32)
-    n = raw.shape[0]
-    step = min(n, EXPONENT_ROWS)
-    codes = raw[:, :D_NOPE]
-    signed = codes.view(torch.int8)
-    bits = out.view(bits_dtype)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        m = hi - lo
-        if _has_nan_code(codes[lo:hi]):  # read once for this, the block stays in the cache
-            _unpack_by_table(raw, out, lo, hi)
-            continue
-        nope = bits[lo:hi, :D_NOPE]
-        nope.copy_(signed[lo:hi]).mul_(shift)  # sign-extended: the sign fills the bits above
-        nope.bitwise_and_(mask)  # keep the sign and the 7 magnitude bits
-        out[lo:hi, :D_NOPE].view(m, NUM_TILES, TILE).mul_(factors[lo:hi].view(m, NUM_TILES, 1))
-    return True
-
-
-def _has_nan_code(codes: torch.Tensor) -> bool:
-    """Whether uint8 codes hold a NaN code, 0x7F or 0xFF: the greatest byte as int8, as uint8."""
-    return int(codes.view(torch.int8).amax()) == 0x7F or int(codes.amax()) == 0xFF
-
-
-_SUBNORMAL = torch.tensor([2.0 ** -140])  # a float32 subnormal
-
-
-def _denormals_kept() -> bool:
-    """False when the CPU flushes subnormal floats to zero (torch.set_flush_denormal(True))."""
-    return torch.mul(_SUBNORMAL, 2.0).item() != 0.0
+def _packed_bytes(packed, name: str) -> torch.Tensor:
+    """`packed` as uint8 [..., 656] after every check a read of it needs."""
+    expected = f"a uint8, int8 or float8_e4m3fn tensor [..., {FP8_ROW_BYTES}] of FP8 KV rows"
+    if not isinstance(packed, torch.Tensor):
+        raise ValidationError(f"{name}: expected {expected}; got {describe(packed)}", argument=name)
+    check_readable(packed, name)
+    if packed.dtype not in PACKED_DTYPES or packed.dim() < 1 or packed.shape[-1] != FP8_ROW_BYTES:
+        raise ValidationError(f"{name}: expected {expected}; got {describe(packed)}", argument=name)
+    return packed.view(torch.uint8)  # same item size: a free reinterpretation
 
 
 def _bytes_of(x: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ import torch
 from kernels_bridge.errors import ValidationError, describe
 from kernels_bridge.fp8 import D_QK, FP8_ROW_BYTES, PACKED_DTYPES
 from kernels_bridge.layout import D_V, DECODE_TOPK_MULTIPLE, HEAD_COUNTS, PREFILL_TOPK_MULTIPLE
+from kernels_bridge.tensor_checks import check_readable
 
 __all__ = [
     "D_QK", "D_V", "HEAD_COUNTS", "PREFILL_TOPK_MULTIPLE", "DECODE_TOPK_MULTIPLE",
@@ -149,13 +150,13 @@ def check_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_length
 
 
 def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
-                 check_finite: bool = False) -> DecodeShape:
+                 check_finite: bool = False, seq_lens=None) -> DecodeShape:
     """Validate a sparse FP8 `flash_mla_with_kvcache` call; raise ValidationError on the first
     bad argument.
 
     q: bf16 [b, s_q, h_q, 576]; k_cache: uint8/int8/float8_e4m3fn [num_blocks, block_size, 1, 656];
     indices: int32 [b, s_q, topk] of flat rows (block * block_size + offset) or -1;
-    attn_sink: f32 [h_q] or None.
+    attn_sink: f32 [h_q] or None; seq_lens: an integer tensor [b] of lengths >= 1, or None.
     """
     want_q = f"bfloat16 [b, s_q, h_q, {D_QK}] with h_q in {HEAD_COUNTS}"
     _dtype("q", q, (torch.bfloat16,), want_q)
@@ -209,6 +210,7 @@ def check_decode(q, k_cache, indices, softmax_scale=None, attn_sink=None, *,
     _strides_fit(q=q, k_cache=k_cache, indices=indices)
     _sink_values(attn_sink)
     shape = DecodeShape(b, s_q, h_q, num_blocks, block_size, topk)
+    _check_seq_lens(seq_lens, q)
     _decode_index_range(indices, shape.rows)
     if check_finite:
         _finite("q", q)
@@ -247,6 +249,22 @@ def _dtype(name: str, x, dtypes: Sequence[torch.dtype], expected: str) -> None:
     if x.layout != torch.strided:  # a sparse or nested tensor has no strides to check or read
         raise ValidationError(f"{name}: expected a dense tensor (layout torch.strided); got layout "
                               f"{x.layout} ({describe(x)})", argument=name)
+    if not x.is_meta:  # a meta tensor is named by _has_data; anything else must hold its shape
+        check_readable(x, name)
+
+
+def _check_seq_lens(seq_lens, q: torch.Tensor) -> None:
+    """seq_lens: None, or an integer tensor [b] of lengths >= 1 on q's device or the CPU."""
+    if seq_lens is None:
+        return
+    b = q.shape[0]
+    want = f"an integer tensor [b={b}] of sequence lengths >= 1, on {q.device} or the CPU"
+    _dtype("seq_lens", seq_lens, (torch.int16, torch.int32, torch.int64), want)
+    if tuple(seq_lens.shape) != (b,) or seq_lens.device.type not in ("cpu", q.device.type):
+        _fail("seq_lens", seq_lens, want)
+    if b and int(seq_lens.min()) < 1:
+        raise ValidationError(f"seq_lens: expected lengths >= 1; got min {int(seq_lens.min())} "
+                              f"({describe(seq_lens)})", argument="seq_lens")
 
 
 def _rank(name: str, x: torch.Tensor, ndim: int, expected: str) -> None:

@@ -5,8 +5,13 @@ built in that backend's row layout, and every step runs top-k -> hot buffer -> b
 The workload: `requests` requests, each with `context` tokens of KV (random, per-channel scaled
 like real activations) and growing by one token per step. Every step each request's indexer
 "picks" `top_k` positions: a `locality` share of the previous step's picks is kept, the rest are
-fresh positions. Accuracy is measured against a dense BF16 attention over the same picked tokens,
-computed in float64 straight from the BF16 KV (not through the hot buffer or the FP8 rows).
+fresh positions (the picks depend on the seed alone). The hot buffer does what SGLang's does
+(`hot_buffer`: its admission, kernel release, the newest token on the device), and the report
+gives SGLang's figures: hits, rows copied host -> device, new tokens written on the device, per
+step and in total. Accuracy is measured at the model's softmax scale (`model_config`) against a
+dense BF16 attention over the same picked tokens, computed in float64 straight from the BF16 KV
+(not through the hot buffer or the FP8 rows). Without the kernel (`Workload.kernel` False) only
+the hot buffer's books run: no KV is built.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import torch
 from kernels_bridge.dispatch import attend
 from kernels_bridge.fp8 import BF16_ROW_BYTES, D_QK, FP8_ROW_BYTES, quantize_kv_fp8
 from kernels_bridge.hot_buffer import HotBuffer
+from kernels_bridge.hot_buffer_report import StepSeries, hot_buffer_report
 from kernels_bridge.layout import PAGE_SIZE as PAGE
 from kernels_bridge.resources import memory_available, memory_budget, resolve_device
 from kernels_bridge.validate import D_V
@@ -98,8 +104,32 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None, limi
     The workload is checked first, its memory included (against `max_bytes`, whose origin
     `limit` names; default resources.memory_budget of its device), so nothing is allocated for a
     run that cannot fit. `build_progress(done, total)` as the KV rows are made, `progress(step,
-    steps)` as the steps run (once the run is past a second)."""
+    steps)` as the steps run (once the run is past a second). With w.kernel False only the hot
+    buffer's books run: no KV, no kernel, no accuracy."""
     backend = decision.backends.get("decode")
+    device = _checked_device(w, backend, max_bytes, limit)
+    if max_bytes is None:
+        max_bytes, limit = memory_budget(device)
+    fp8 = backend == "flashmla_kv"
+    picks_gen = torch.Generator().manual_seed(w.seed)  # the picks depend on the seed alone, kernel or not
+    if not w.kernel:
+        hb = HotBuffer.counting(w.requests, w.kv_length, w.buffer, kv_format="fp8" if fp8 else "bf16", device=device,
+                                page_size=PAGE, max_bytes=max_bytes, admission=w.admission, release=w.release)
+        series = _steps(w, hb, picks_gen, None, progress)[0]
+        return _report(decision, w, device, hb, series, None, fp8)
+    gen = torch.Generator().manual_seed(w.seed + 1)  # the KV and the queries
+    built = _counter(build_progress, w.requests * w.kv_length * (2 if fp8 else 1))
+    kv = _kv(w.requests, w.kv_length, gen, built)              # the BF16 truth
+    pool = _pool(kv, fp8, built)                               # host rows in the backend's layout
+    hb = HotBuffer(pool, w.buffer, device=device, page_size=PAGE, max_bytes=max_bytes, admission=w.admission,
+                   release=w.release)
+    kernel = _Kernel(decision, w, hb, kv, gen, fp8)
+    series, times = _steps(w, hb, picks_gen, kernel, progress)
+    return _report(decision, w, device, hb, series, kernel.summary(times, pool), fp8)
+
+
+def _checked_device(w: Workload, backend, max_bytes, limit):
+    """The workload checked against the kernels, the memory limit and what the device can hold."""
     w.check([backend])
     device = resolve_device(w.device, "--device")
     if max_bytes is None:
@@ -107,77 +137,107 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None, limi
     w.check([backend], max_bytes, limit)
     available, how = memory_available(device)
     w.check([backend], available, f"{how}; no limit raises it", raisable=False)
-    fp8 = backend == "flashmla_kv"
-    gen = torch.Generator().manual_seed(w.seed)
-    max_len = w.context + w.steps
-    built = None
-    if build_progress is not None:
-        total, done = w.requests * max_len * (2 if fp8 else 1), [0]
+    return device
 
-        def built(n):
-            done[0] += n
-            build_progress(done[0], total)
-    kv = _kv(w.requests, max_len, gen, built)                  # the BF16 truth
-    pool = _pool(kv, fp8, built)                               # host rows in the backend's layout
-    hb = HotBuffer(pool, w.buffer, device=device, page_size=PAGE, max_bytes=max_bytes)
-    cache = hb.paged_view()                                    # FP8 [pages, 64, 1, 656] / BF16 [rows, 1, 576]
+
+def _counter(progress, total):
+    """progress(done, total) as rows are built, or None."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def built(n):
+        done[0] += n
+        progress(done[0], total)
+    return built
+
+
+def _steps(w: Workload, hb: HotBuffer, gen, kernel, progress):
+    """The decode steps: top-k -> translate (-> the kernel); the per-step series and the times."""
+    series = StepSeries(hb)
     req_ids = torch.arange(w.requests)
     times = StepTimes()
-    cos, max_err, max_ref = [], 0.0, 0.0
     picks = None
-    provider = None
     started = time.perf_counter()
     for step in range(w.steps):
         seq_lens = torch.full((w.requests,), w.context + step + 1, dtype=torch.int64)
         picks = _next_picks(picks, seq_lens, w.top_k, w.locality, gen)
-        q = (torch.randn(w.requests, w.heads, D_QK, generator=gen) * 0.25).to(torch.bfloat16)
         t0 = time.perf_counter()
         rows = hb.translate(req_ids, seq_lens, picks)          # int32 [R, top_k] buffer rows
         t1 = time.perf_counter()
-        if fp8:
-            res = attend(decision, q.unsqueeze(1).to(device), cache, rows.unsqueeze(1),
-                         softmax_scale=w.softmax_scale, provider=w.provider)
+        series.record(step=step + 1, seq_len=int(seq_lens[0]))
+        times.translate.append(t1 - t0)
+        if kernel is not None:
+            kernel.step(seq_lens, picks, rows, times)
+        if progress is not None and time.perf_counter() - started > 1.0:
+            progress(step + 1, w.steps)
+    return series, times
+
+
+class _Kernel:
+    """The kernel side of a step: the policy's backend on the hot buffer's rows, against dense
+    float64 attention over the same picked tokens."""
+
+    def __init__(self, decision, w: Workload, hb: HotBuffer, kv, gen, fp8: bool):
+        self.decision, self.w, self.hb, self.kv, self.gen, self.fp8 = decision, w, hb, kv, gen, fp8
+        self.cache = hb.paged_view()                           # FP8 [pages, 64, 1, 656] / BF16 [rows, 1, 576]
+        self.cos, self.max_err, self.max_ref, self.provider = [], 0.0, 0.0, None
+
+    def step(self, seq_lens, picks, rows, times: StepTimes) -> None:
+        w, device = self.w, self.hb.device
+        q = (torch.randn(w.requests, w.heads, D_QK, generator=self.gen) * 0.25).to(torch.bfloat16)
+        t1 = time.perf_counter()
+        if self.fp8:
+            res = attend(self.decision, q.unsqueeze(1).to(device), self.cache, rows.unsqueeze(1),
+                         softmax_scale=w.softmax_scale, provider=w.provider, seq_lens=seq_lens)
             out = res.out[:, 0]
         else:
-            res = attend(decision, q.to(device), cache, rows.unsqueeze(1), sm_scale=w.softmax_scale,
+            res = attend(self.decision, q.to(device), self.cache, rows.unsqueeze(1), sm_scale=w.softmax_scale,
                          provider=w.provider)
             out = res.out
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t2 = time.perf_counter()
-        provider = res.provider
-        times.translate.append(t1 - t0)
+        self.provider = res.provider
         times.kernel.append(t2 - t1)
-        times.total.append(t2 - t0)
-        ref = _dense_reference(q, kv, picks, w.softmax_scale)
+        times.total.append(times.translate[-1] + t2 - t1)
+        ref = _dense_reference(q, self.kv, picks, w.softmax_scale)
         got = out.double().cpu()
-        cos.append(float(torch.nn.functional.cosine_similarity(got.flatten(1), ref.flatten(1)).min()))
-        max_err = max(max_err, float((got - ref).abs().max()))
-        max_ref = max(max_ref, float(ref.abs().max()))
-        if progress is not None and time.perf_counter() - started > 1.0:
-            progress(step + 1, w.steps)
-    stats = hb.stats
+        self.cos.append(float(torch.nn.functional.cosine_similarity(got.flatten(1), ref.flatten(1)).min()))
+        self.max_err = max(self.max_err, float((got - ref).abs().max()))
+        self.max_ref = max(self.max_ref, float(ref.abs().max()))
+
+    def summary(self, times: StepTimes, pool) -> dict:
+        return {
+            "provider": self.provider,
+            "latency_ms": {k: _summary(getattr(times, k)) for k in ("translate", "kernel", "total")},
+            "host_pool_bytes": pool.numel() * pool.element_size(),
+            "accuracy": {"vs": "dense BF16 attention over the same picked tokens (float64)",
+                         "softmax_scale": round(self.w.softmax_scale, 6),
+                         "cosine_min": round(min(self.cos), 6), "cosine_mean": round(statistics.fmean(self.cos), 6),
+                         "max_abs_error": float(f"{self.max_err:.4g}"),
+                         "max_abs_error_relative": float(f"{self.max_err / self.max_ref:.4g}") if self.max_ref else 0.0},
+        }
+
+
+def _report(decision, w: Workload, device, hb: HotBuffer, series, kernel, fp8: bool) -> dict:
     row_bytes = FP8_ROW_BYTES if fp8 else BF16_ROW_BYTES
+    hbuf = hot_buffer_report(hb, series)
+    hbuf.update(buffer_bytes=w.requests * hb.rows_per_request * row_bytes,
+                buffer_bytes_per_request=hb.rows_per_request * row_bytes)
     return {
         "policy": decision.policy.identity(),
-        "decision": {"ok": decision.ok, "decode_backend": backend, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
-                     "source": decision.sources.get("decode")},
-        "provider": provider,
+        "decision": {"ok": decision.ok, "decode_backend": decision.backends.get("decode"),
+                     "kv_cache_dtype": decision.config.get("kv_cache_dtype"), "source": decision.sources.get("decode")},
+        "provider": kernel["provider"] if kernel else None,
         "workload": {"requests": w.requests, "context": w.context, "heads": w.heads, "top_k": w.top_k,
                      "buffer_size": w.buffer, "steps": w.steps, "locality": w.locality, "seed": w.seed,
-                     "device": str(device), "threads": torch.get_num_threads()},
-        "latency_ms": {k: _summary(getattr(times, k)) for k in ("translate", "kernel", "total")},
-        "hot_buffer": {"hit_rate": round(stats.hit_rate, 4), "hits": stats.hits, "misses": stats.misses,
-                       "rows_copied_per_step": round(stats.rows_copied / stats.steps, 1),
-                       "bytes_copied_per_step": round(stats.bytes_copied / stats.steps, 1),
-                       "buffer_bytes": hb.buffer.numel() * hb.buffer.element_size(),
-                       "buffer_bytes_per_request": hb.rows_per_request * row_bytes},
+                     "device": str(device), "threads": torch.get_num_threads(), "kernel": w.kernel},
+        "latency_ms": kernel["latency_ms"] if kernel else None,
+        "hot_buffer": hbuf,
         "memory": {"kv_bytes_per_token": row_bytes, "bf16_bytes_per_token": BF16_ROW_BYTES,
-                   "host_pool_bytes": pool.numel() * pool.element_size()},
-        "accuracy": {"vs": "dense BF16 attention over the same picked tokens (float64)",
-                     "cosine_min": round(min(cos), 6), "cosine_mean": round(statistics.fmean(cos), 6),
-                     "max_abs_error": float(f"{max_err:.4g}"),
-                     "max_abs_error_relative": float(f"{max_err / max_ref:.4g}") if max_ref else 0.0},
+                   "host_pool_bytes": kernel["host_pool_bytes"] if kernel else None},
+        "accuracy": kernel["accuracy"] if kernel else None,
     }
 
 
@@ -187,64 +247,3 @@ def _summary(xs: list) -> dict:
     return {"median": round(statistics.median(ms), 3), "p90": round(p90, 3), "max": round(ms[-1], 3)}
 
 
-def report_text(r: dict) -> str:
-    w, lat, hbuf, mem, acc = r["workload"], r["latency_ms"], r["hot_buffer"], r["memory"], r["accuracy"]
-    p = r["policy"]
-    lines = [
-        f"policy {p['family']}@{p['version']}: decode backend {r['decision']['decode_backend']} "
-        f"({r['decision']['kv_cache_dtype']} KV cache; {r['decision']['source']}), provider {r['provider']}",
-        _workload_line(w),
-        "latency per step (ms)    median      p90",
-        *(f"  {k:<22}{lat[k]['median']:>8.2f} {lat[k]['p90']:>8.2f}" for k in ("translate", "kernel", "total")),
-        f"hot buffer: hit rate {hbuf['hit_rate']:.1%}, {hbuf['rows_copied_per_step']:.0f} rows "
-        f"({hbuf['bytes_copied_per_step'] / 1e6:.2f} MB) copied per step",
-        f"memory: {mem['kv_bytes_per_token']} KV bytes per token (BF16: {mem['bf16_bytes_per_token']}), "
-        f"hot buffer {hbuf['buffer_bytes'] / 1e6:.2f} MB ({hbuf['buffer_bytes_per_request'] / 1e6:.2f} MB per request), "
-        f"host pool {mem['host_pool_bytes'] / 1e6:.1f} MB",
-        f"accuracy vs dense BF16 over the same tokens: cosine min {acc['cosine_min']:.6f} "
-        f"(mean {acc['cosine_mean']:.6f}), max abs error {acc['max_abs_error']:.3g} "
-        f"({acc['max_abs_error_relative']:.2%} of the largest output)",
-    ]
-    return "\n".join(lines)
-
-
-def _workload_line(w: dict) -> str:
-    return (f"workload: {w['requests']} requests x {w['context']} tokens, {w['heads']} heads, top-k {w['top_k']}, "
-            f"hot buffer {w['buffer_size']} slots, {w['steps']} steps, locality {w['locality']}, seed {w['seed']}, "
-            f"{w['device']}, {w['threads']} thread{'s' if w['threads'] != 1 else ''}")
-
-
-def compare_text(reports: dict) -> str:
-    """`hisparse attend --compare`: the reports of one workload run on each KV cache dtype (the
-    keys), side by side."""
-    runs = list(reports.values())
-    p = runs[0]["policy"]
-
-    def row(label, cell):
-        return f"  {label:<32}" + "".join(f"{cell(r):<18}" for r in runs).rstrip()
-
-    def ms(part, stat):
-        return lambda r: f"{r['latency_ms'][part][stat]:.2f}"
-
-    lines = [
-        f"policy {p['family']}@{p['version']}: one workload on {len(runs)} KV caches, side by side",
-        _workload_line(runs[0]["workload"]),
-        row("", lambda r: r["decision"]["kv_cache_dtype"]),
-        row("decode backend", lambda r: r["decision"]["decode_backend"]),
-        row("provider", lambda r: r["provider"]),
-        row("latency per step, median (ms)", ms("total", "median")),
-        row("  p90", ms("total", "p90")),
-        row("  translate, median", ms("translate", "median")),
-        row("  kernel, median", ms("kernel", "median")),
-        row("KV bytes per token", lambda r: str(r["memory"]["kv_bytes_per_token"])),
-        row("hot buffer (MB)", lambda r: f"{r['hot_buffer']['buffer_bytes'] / 1e6:.2f}"),
-        row("host pool (MB)", lambda r: f"{r['memory']['host_pool_bytes'] / 1e6:.1f}"),
-        row("hot buffer hit rate", lambda r: f"{r['hot_buffer']['hit_rate']:.1%}"),
-        row("copied per step (MB)", lambda r: f"{r['hot_buffer']['bytes_copied_per_step'] / 1e6:.2f}"),
-        row("cosine min vs float64", lambda r: f"{r['accuracy']['cosine_min']:.6f}"),
-        row("  mean", lambda r: f"{r['accuracy']['cosine_mean']:.6f}"),
-        row("max abs error", lambda r: f"{r['accuracy']['max_abs_error']:.3g}"),
-        row("  of the largest output", lambda r: f"{r['accuracy']['max_abs_error_relative']:.2%}"),
-        "accuracy: against dense attention in float64 over the same picked tokens of the BF16 KV",
-    ]
-    return "\n".join(lines)

@@ -13,6 +13,7 @@ from engine.values import INT_MAX
 from kernels_bridge.errors import ValidationError, shown
 from kernels_bridge.layout import (BF16_ROW_BYTES, D_QK, DECODE_TOPK_MULTIPLE, FP8_ROW_BYTES, HEAD_COUNTS,
                                    PAGE_SIZE, PREFILL_TOPK_MULTIPLE, hot_buffer_bytes)
+from kernels_bridge.model_config import V32_SOFTMAX_SCALE
 
 # The workload's knobs are SGLang's --hisparse-config names, with SGLang's defaults: top_k 2048,
 # device_buffer_size 2 * top_k.
@@ -30,7 +31,7 @@ _DEVICE = re.compile(r"(cpu|cuda)(:[0-9]{1,4})?")
 @dataclass
 class Workload:
     """`buffer_size` None: SGLang's default, 2 x top_k."""
-    requests: int = 4
+    requests: int = 2
     context: int = 4096
     heads: int = 128
     top_k: int = DEFAULT_TOP_K
@@ -40,7 +41,10 @@ class Workload:
     seed: int = 0
     provider: str = "auto"
     device: str = "cpu"
-    softmax_scale: float = D_QK ** -0.5
+    softmax_scale: float = V32_SOFTMAX_SCALE  # DeepSeek-V3.2's layer.scaling, as SGLang computes it
+    admission: str = "normal"   # how SGLang admits a request: after its own prefill, or disaggregated
+    release: str = "0.5.23"     # which generation of SGLang's swap-in kernel
+    kernel: bool = True         # False: the hot buffer's books alone (--no-kernel), no KV, no kernel
 
     @property
     def buffer(self) -> int:
@@ -83,6 +87,11 @@ class Workload:
             out.append(f"--device: {shown(self.device)} is not a device name (cpu, cuda, cuda:N)")
         return out
 
+    @property
+    def kv_length(self) -> int:
+        """Tokens of KV per request by the last step."""
+        return self.context + self.steps
+
     def check(self, backends=(), max_bytes: int | None = None, limit: str = "--max-memory",
               raisable: bool = True) -> None:
         """Raise ValidationError naming every problem, or the flags that drive a workload needing
@@ -110,14 +119,15 @@ class Workload:
         (the BF16 truth, the FP8 rows and their scratch) grows with --requests and --context
         (+ --steps), the hot buffer with the buffer size, a step's picks and reference with the
         top-k. An upper bound: FP8 rows are counted whatever the backend."""
-        length = self.context + self.steps
-        row = max(FP8_ROW_BYTES, BF16_ROW_BYTES)
-        kv = self.requests * length * (BF16_ROW_BYTES + FP8_ROW_BYTES)
-        kv_scratch = min(length, BUILD_CHUNK) * D_QK * 4 * 3  # a chunk's float32 randn, product, quantize scratch
+        length = self.kv_length
+        row = max(FP8_ROW_BYTES, BF16_ROW_BYTES) if self.kernel else 0  # --no-kernel: no rows at all
+        kv = self.requests * length * (BF16_ROW_BYTES + FP8_ROW_BYTES) if self.kernel else 0
+        kv_scratch = min(length, BUILD_CHUNK) * D_QK * 4 * 3 if self.kernel else 0  # float32 randn, product, quantize
         width = max(length, self.top_k)
         picks = self.requests * width * (4 + 1 + 8) * 2  # random keys, mask, sort indices
         hb = hot_buffer_bytes(self.requests, length, self.buffer, PAGE_SIZE, row, self.device.partition(":")[0])
-        reference = self.requests * self.top_k * D_QK * 8 * 3 + self.requests * self.heads * self.top_k * 8 * 3
+        reference = (self.requests * self.top_k * D_QK * 8 * 3 + self.requests * self.heads * self.top_k * 8 * 3
+                     if self.kernel else 0)
         return {"--requests x --context": kv + kv_scratch + picks, f"--requests x {BUFFER_FLAG}": hb,
                 f"--requests x {TOP_K_FLAG}": reference}
 

@@ -343,8 +343,25 @@ def _oob(args, value=10_000):
     return idx
 
 
+def _shrunk(t, nbytes=0):
+    """t's values in a storage shrunk to nbytes afterwards (0: freed): torch keeps the shape."""
+    t = t.clone()
+    t.untyped_storage().resize_(nbytes)
+    return t
+
+
+def _nested(t):
+    return torch.nested.nested_tensor([t[0], t[0, ..., :3, :]])
+
+
 # (case, kind, build(args) -> args, argument named, fragment)
 ENTRY_CASES = [
+    ("freed-k_cache", "decode", lambda a: _set(a, k_cache=_shrunk(a["k_cache"])), "k_cache", "storage was freed"),
+    ("short-k_cache", "decode", lambda a: _set(a, k_cache=_shrunk(a["k_cache"], 4096)), "k_cache",
+     "of a storage of 4096"),
+    ("freed-indices", "decode", lambda a: _set(a, indices=_shrunk(a["indices"])), "indices", "storage was freed"),
+    ("short-kv", "prefill", lambda a: _set(a, kv=_shrunk(a["kv"], 1000)), "kv", "of a storage of 1000"),
+    ("nested-q", "prefill", lambda a: _set(a, q=_nested(a["q"])), "q", "nested"),
     ("all-meta", "decode", _meta, "q", "meta tensor has no values"),
     ("all-meta", "prefill", _meta, "q", "meta tensor has no values"),
     ("sparse-q", "decode", lambda a: _set(a, q=a["q"].to_sparse()), "q", "layout torch.sparse_coo"),
@@ -369,6 +386,7 @@ ENTRY_CASES = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 @pytest.mark.parametrize("case", ENTRY_CASES, ids=[f"{c[1]}-{c[0]}" for c in ENTRY_CASES])
 @pytest.mark.parametrize("entry", ["reference", "run_backend", "attend"])
 def test_every_entry_refuses_before_any_work(case, entry, monkeypatch):

@@ -48,6 +48,9 @@ def shipped_files():
 @pytest.mark.parametrize("path", list(shipped_files()), ids=os.path.basename)
 def test_every_shipped_version_declares_every_routed_backend_and_passes_l406(path):
     policy = engine.load_policy(path)
+    if "dsa" not in policy.models:  # the capabilities are the DSA backends' FlashMLA kernels
+        assert not policy.capabilities
+        return
     routed = {b for r in policy.stages["defaults"].rules for b in r.set.values()}
     assert routed and routed <= set(policy.capabilities), routed - set(policy.capabilities)
     assert all(cap.source for cap in policy.capabilities.values())

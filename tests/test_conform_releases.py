@@ -101,15 +101,16 @@ def test_hisparse_model_assertion(driver):
                          "models (e.g., DeepSeek V3.2, GLM-5)" + tail)
 
 
-def test_conform_without_policy_runs_the_installed_release_version():
+@pytest.mark.parametrize("n", [pytest.param(1000, marks=pytest.mark.whole), 300])
+def test_conform_without_policy_runs_the_installed_release_version(n):
     """The whole path an operator takes: the version that models the installed release, said on
-    stderr, agrees on a stratified sample."""
+    stderr, agrees on a stratified sample (of 1,000 configs in make test-whole)."""
     from engine.cli.versions import modelled_releases
 
     table = modelled_releases()
     assert RELEASE in table, f"no shipped policy version models SGLang {RELEASE}"
     (ref, _, _), = table[RELEASE]
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "conform", "--sample", "1000", "--seed", "11",
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "conform", "--sample", str(n), "--seed", "11",
                            "--format", "json"], capture_output=True, text=True, timeout=1800)
     assert f"no --policy: {ref}, the version that models the installed SGLang {RELEASE}" in proc.stderr
     report = json.loads(proc.stdout)

@@ -135,6 +135,30 @@ def test_decode_call_sequence_matches_sglang(fake):
         assert call["use_legacy"] is True and call["kv_format"] == "V32"
 
 
+def test_scheduling_metadata_uses_each_requests_length_capped_at_topk(fake):
+    """SGLang's DSA backend builds FlashMLA's metadata from min(seq_len, topk) per request
+    (compute_dsa_seqlens, then get_mla_metadata) and passes the same lengths to the kernel."""
+    q, cache, idx = decode_inputs(b=3, topk=192)
+    run_backend("flashmla_kv", q, cache, idx, provider="flashmla", seq_lens=torch.tensor([100, 5000, 192]))
+    (meta,) = calls(fake, "get_mla_metadata")
+    assert meta["args"][0].dtype == I32 and meta["args"][0].tolist() == [100, 192, 192]
+    assert calls(fake, "flash_mla_with_kvcache")[-1]["cache_seqlens"][:2] == ((3,), I32)
+
+
+@pytest.mark.parametrize("seq_lens, fragment", [
+    (torch.tensor([100, 0, 3]), "lengths >= 1"),
+    (torch.tensor([100, 3]), "shape (2,)"),
+    (torch.tensor([1.0, 2.0, 3.0]), "dtype torch.float32"),
+    ([100, 5, 3], "a list"),
+])
+def test_bad_seq_lens_are_named_before_any_kernel(fake, seq_lens, fragment):
+    q, cache, idx = decode_inputs(b=3, topk=192)
+    with pytest.raises(ValidationError) as info:
+        run_backend("flashmla_kv", q, cache, idx, provider="flashmla", seq_lens=seq_lens)
+    assert info.value.argument == "seq_lens" and fragment in str(info.value)
+    assert calls(fake, "flash_mla_with_kvcache") == []
+
+
 def test_default_decode_scale_is_passed_explicitly(fake):
     q, cache, idx = decode_inputs()
     run_backend("flashmla_kv", q, cache, idx, provider="flashmla")

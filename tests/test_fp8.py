@@ -1,7 +1,6 @@
-"""The 656-byte FP8 KV row, checked at byte level against an independent encoder. Every test runs
-twice on the CPU: with the C unpacking (fp8_unpack.c) and with the tensor code only
-(tests/native_path.py)."""
+"""The 656-byte FP8 KV row, checked at byte level against an independent encoder."""
 import math
+import os
 import struct
 
 import numpy as np
@@ -9,9 +8,8 @@ import pytest
 import torch
 
 from kernels_bridge import FP8_ROW_BYTES, ValidationError, dequantize_kv_fp8, quantize_kv_fp8
-from kernels_bridge.fp8 import tile_scales
+from kernels_bridge.fp8 import dequantize_kv_fp8_f32, tile_scales
 import tests.oracles.bridge_oracle as oracle
-from tests.native_path import cpu_path  # noqa: F401 (an autouse fixture: both paths)
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
 
@@ -27,32 +25,55 @@ def scales_of(row: torch.Tensor):
     return struct.unpack("<4f", bytes(row[512:528].tolist()))
 
 
-def test_row_size_and_layout():
+@pytest.mark.parametrize("mode", ["sglang", "flashmla"])
+def test_row_size_and_layout(mode):
     assert FP8_ROW_BYTES == 656 == 512 + 16 + 128
     kv = realistic_kv(6)
-    packed = quantize_kv_fp8(kv)
+    packed = quantize_kv_fp8(kv, scale_mode=mode)
     assert packed.dtype == torch.uint8 and packed.shape == (6, 656) and packed.is_contiguous()
     for i in range(6):
         values = kv[i].float().tolist()
         # scales at 512..527 read as little-endian float32, one per 128-dim tile
         want_scales = [max(abs(v) for v in values[t * 128:(t + 1) * 128]) for t in range(4)]
         for got, amax in zip(scales_of(packed[i]), want_scales, strict=True):
-            assert got >= amax / 448 and (got < 2 * amax / 448 or got == 2.0 ** -13)
+            if mode == "sglang":  # the raw amax / 448, in float32
+                assert got == float(np.float32(amax) / np.float32(448))
+            else:
+                assert got >= amax / 448 and (got < 2 * amax / 448 or got == 2.0 ** -13)
         # RoPE bytes are the bf16 bytes of dims 512..575, untouched
         rope = b"".join(struct.pack("<H", oracle.bf16_bits(v)) for v in values[512:])
         assert bytes(packed[i, 528:].tolist()) == rope
 
 
-def test_bytes_match_independent_encoder():
+def test_sglang_is_the_default_scale_mode():
+    kv = realistic_kv(4, seed=1)
+    assert torch.equal(quantize_kv_fp8(kv), quantize_kv_fp8(kv, scale_mode="sglang"))
+    assert not torch.equal(quantize_kv_fp8(kv), quantize_kv_fp8(kv, scale_mode="flashmla"))
+
+
+@pytest.mark.parametrize("mode", ["sglang", "flashmla"])
+def test_bytes_match_independent_encoder(mode):
     kv = realistic_kv(5, seed=3)
     kv[1, 128:256] = 0                        # an all-zero tile
     kv[2, :5] = torch.tensor([1e-30, -3e-38, 1e-39, 0.0, -0.0])  # tiny and subnormal values
     kv[3, 300] = 2.0 ** 100                   # one huge value flushes its tile's others to 0
-    packed = quantize_kv_fp8(kv)
+    kv[4, 400:512] = 1e-39                    # a tile of subnormals: SGLang's 1 / s overflows
+    packed = quantize_kv_fp8(kv, scale_mode=mode)
     for i in range(kv.shape[0]):
-        want = oracle.pack_row(kv[i].float().tolist())
+        want = oracle.pack_row(kv[i].float().tolist(), scale_mode=mode)
         got = bytes(packed[i].tolist())
         assert got == want, f"row {i}: first differing byte {_first_diff(got, want)}"
+
+
+def test_sglang_all_zero_tile_gets_scale_zero_and_codes_that_dequantize_to_zero():
+    """0 / 448 = 0, 1 / 0 = inf, 0 * inf = NaN, which SGLang's clamp turns into -448 (0xFE)."""
+    kv = realistic_kv(2, seed=6)
+    kv[1, 256:384] = 0
+    packed = quantize_kv_fp8(kv)
+    assert scales_of(packed[1])[2] == 0.0
+    assert torch.all(packed[1, 256:384] == 0xFE)
+    back = dequantize_kv_fp8(packed)[1, 256:384]
+    assert torch.all(back == 0) and torch.all(torch.signbit(back.float()))
 
 
 def test_every_bf16_amax_gets_the_smallest_power_of_two_scale():
@@ -68,10 +89,10 @@ def test_every_bf16_amax_gets_the_smallest_power_of_two_scale():
     assert np.array_equal(got, want)
 
 
-def test_scales_are_powers_of_two_and_zero_tile_gets_2_pow_minus_13():
+def test_flashmla_scales_are_powers_of_two_and_zero_tile_gets_2_pow_minus_13():
     kv = realistic_kv(64, seed=5)
     kv[7, 384:512] = 0
-    packed = quantize_kv_fp8(kv)
+    packed = quantize_kv_fp8(kv, scale_mode="flashmla")
     scales = packed[:, 512:528].contiguous().view(torch.float32)
     mant, _ = np.frexp(scales.double().numpy())
     assert np.all(mant == 0.5)
@@ -79,32 +100,39 @@ def test_scales_are_powers_of_two_and_zero_tile_gets_2_pow_minus_13():
     assert torch.all(packed[7, 384:512] == 0)
 
 
-def test_round_trip_error_bound():
-    """|deq - x| <= max(2**-4 |x|, 2**-10 s): half an e4m3 ulp (3 mantissa bits) in the normal
-    range, half the subnormal spacing 2**-9 * s below it; the RoPE dims are exact."""
+def _bound(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """max(2**-4 |x|, 2**-10 s) + 2**-8 |x| per NoPE element: half an e4m3 ulp (3 mantissa bits)
+    in the normal range, half the subnormal spacing 2**-9 * s below it, and the final bf16
+    rounding of code * s (zero for power-of-two scales)."""
+    s = packed[:, 512:528].contiguous().view(torch.float32).double().repeat_interleave(128, dim=1)
+    nope = x[:, :512].abs()
+    return torch.maximum(nope * 2.0 ** -4, s * 2.0 ** -10) + nope * 2.0 ** -8
+
+
+@pytest.mark.parametrize("mode", ["sglang", "flashmla"])
+def test_round_trip_error_bound(mode):
+    """The RoPE dims are exact; the NoPE dims within the bound, which is tight."""
     kv = realistic_kv(512, seed=11)
-    packed = quantize_kv_fp8(kv)
+    packed = quantize_kv_fp8(kv, scale_mode=mode)
     back = dequantize_kv_fp8(packed)
     x, y = kv.double(), back.double()
-    scales = packed[:, 512:528].contiguous().view(torch.float32).double()
-    s = scales.repeat_interleave(128, dim=1)
     err = (y[:, :512] - x[:, :512]).abs()
-    bound = torch.maximum(x[:, :512].abs() * 2.0 ** -4, s * 2.0 ** -10)
+    bound = _bound(x, packed)
     assert torch.all(err <= bound)
     assert float((err / bound).max()) > 0.5        # the bound is tight, not vacuous
     assert torch.equal(back[:, 512:], kv[:, 512:])  # RoPE untouched
 
 
-@pytest.mark.parametrize("magnitude", [2.0 ** 120, 1e20, 1.0, 1e-6, 1e-30, 1e-38])
-def test_extreme_magnitudes_round_trip_within_bound(magnitude):
+@pytest.mark.parametrize("mode, magnitude", [(mode, m) for mode in ("sglang", "flashmla")
+                                             for m in (2.0 ** 120, 1e20, 1.0, 1e-6, 1e-30)]
+                         + [("flashmla", 1e-38)])
+def test_extreme_magnitudes_round_trip_within_bound(magnitude, mode):
     kv = (realistic_kv(8, seed=17).float() / 8 * magnitude).to(torch.bfloat16)
-    back = dequantize_kv_fp8(quantize_kv_fp8(kv)).double()
+    packed = quantize_kv_fp8(kv, scale_mode=mode)
+    back = dequantize_kv_fp8(packed).double()
     x = kv.double()
-    scales = quantize_kv_fp8(kv)[:, 512:528].contiguous().view(torch.float32).double()
-    bound = torch.maximum(x[:, :512].abs() * 2.0 ** -4,
-                          scales.repeat_interleave(128, dim=1) * 2.0 ** -10)
     assert torch.all(torch.isfinite(back))
-    assert torch.all((back[:, :512] - x[:, :512]).abs() <= bound)
+    assert torch.all((back[:, :512] - x[:, :512]).abs() <= _bound(x, packed))
 
 
 def test_bf16_max_overflows_on_dequantize_like_flashmla():
@@ -113,18 +141,45 @@ def test_bf16_max_overflows_on_dequantize_like_flashmla():
     kv = torch.zeros(2, 576, dtype=torch.bfloat16)
     kv[0, 0] = BF16_MAX
     kv[1, 0] = 240 * 2.0 ** 120
-    back = dequantize_kv_fp8(quantize_kv_fp8(kv))
+    back = dequantize_kv_fp8(quantize_kv_fp8(kv, scale_mode="flashmla"))
     assert back[0, 0].item() == math.inf
     assert back[1, 0].item() == 240 * 2.0 ** 120
     assert torch.all(back[:, 1:] == 0)
 
 
-def test_subnormal_inputs_quantize_to_zero_codes():
+def test_bf16_max_survives_sglang_scales():
+    """SGLang's raw scale keeps the largest bf16 finite: 448 * (max / 448) rounds back to max."""
+    kv = torch.zeros(1, 576, dtype=torch.bfloat16)
+    kv[0, 0] = BF16_MAX
+    back = dequantize_kv_fp8(quantize_kv_fp8(kv))
+    assert back[0, 0].item() == BF16_MAX
+
+
+def test_sglang_saturates_a_tile_whose_inverse_scale_overflows():
+    """Below an amax of 448 * 2**-128, SGLang's 1 / s is inf: every nonzero element's code
+    saturates to +-448 and dequantizes to +-amax (real activations never come near)."""
+    kv = torch.zeros(1, 576, dtype=torch.bfloat16)
+    kv[0, :3] = torch.tensor([4e-38, -1e-38, 1e-39])
+    back = dequantize_kv_fp8(quantize_kv_fp8(kv))
+    amax = kv[0, 0].item()
+    assert back[0, :3].tolist() == [amax, -amax, amax] and torch.all(back[0, 3:128] <= 0)
+
+
+def test_flashmla_subnormal_inputs_quantize_to_zero_codes():
     tiny = torch.full((1, 576), 1e-39, dtype=torch.bfloat16)   # bf16 subnormal
-    packed = quantize_kv_fp8(tiny)
+    packed = quantize_kv_fp8(tiny, scale_mode="flashmla")
     assert torch.all(packed[0, :512] == 0)
     assert scales_of(packed[0]) == (2.0 ** -13,) * 4
     assert torch.equal(dequantize_kv_fp8(packed)[0, 512:], tiny[0, 512:])
+
+
+def test_sglang_subnormal_inputs_keep_their_value():
+    """A tile of bf16 subnormals gets a float32 subnormal scale; 1 / s overflows to inf, so every
+    code saturates to 448, and 448 * s gives the input back."""
+    tiny = torch.full((1, 576), 1e-39, dtype=torch.bfloat16)
+    packed = quantize_kv_fp8(tiny)
+    assert torch.all(packed[0, :512] == 0x7E)
+    assert torch.equal(dequantize_kv_fp8(packed), tiny)
 
 
 @pytest.mark.parametrize("view", [torch.uint8, torch.int8, torch.float8_e4m3fn])
@@ -236,6 +291,7 @@ def test_table_lookup_dequantize_equals_torch_conversion_bit_for_bit(rows):
     packed[:, 528:] = torch.randn(rows, 64, generator=g).to(torch.bfloat16).view(torch.uint8).view(rows, 128)
     scales = packed[:, 512:528].contiguous().view(torch.float32)
     values = (codes.view(torch.float8_e4m3fn).float().view(rows, 4, 128) * scales.unsqueeze(-1)).view(rows, 512)
+    values = values.to(torch.bfloat16).float()  # float32 output holds the bf16 values
     want32 = torch.cat([values, packed[:, 528:].contiguous().view(torch.bfloat16).float()], dim=1)
     got32 = fp8.dequantize_kv_fp8_f32(packed)
     assert torch.equal(got32.view(torch.int32), want32.view(torch.int32))
@@ -282,48 +338,48 @@ def _by_torch(rows: torch.Tensor) -> torch.Tensor:
 def _assert_same_bits(rows: torch.Tensor) -> None:
     from kernels_bridge import fp8
 
-    want = _by_torch(rows)
-    assert torch.equal(fp8.dequantize_kv_fp8_f32(rows).view(torch.int32), want.view(torch.int32))
-    assert torch.equal(dequantize_kv_fp8(rows).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+    want = _by_torch(rows).to(torch.bfloat16)  # float32 output holds the bf16 values too
+    assert torch.equal(fp8.dequantize_kv_fp8_f32(rows).view(torch.int32), want.float().view(torch.int32))
+    assert torch.equal(dequantize_kv_fp8(rows).view(torch.int16), want.view(torch.int16))
 
 
-@pytest.mark.parametrize("exponent", [-126, -125, -13, 0, 7, 8, 120])
-def test_every_code_at_the_edges_of_the_exponent_path(exponent, monkeypatch):
-    """Every non-NaN code byte, at scales 2**e and -2**e: e from -126 to 7 go by the code's bits
-    moved into a float and multiplied by 2**(e + 120) (the table is not touched), e >= 8 by the
-    table; both give torch's float8 -> float32 conversion times the scale, bit for bit, in float32
-    and in bf16 (at e = -126 subnormal codes give subnormal products, rounded once either way)."""
-    from kernels_bridge import fp8
+@pytest.mark.parametrize("scale", [2.0 ** -149, 2.0 ** -126, 3.1e-37, 2.0 ** -13, 0.0123, 1.0, 2.0 ** 7,
+                                   0.7 * 2.0 ** 119, 2.0 ** 120, 1.5 * 2.0 ** 127, math.inf, math.nan, 0.0])
+def test_every_code_at_the_edges_of_the_half_path(scale, monkeypatch):
+    """Every non-NaN code byte, at scales +-s, powers of two or raw (SGLang's): every finite
+    |s| < 2**120, inf, NaN and 0 go by the code's bits moved into a float16 and multiplied by
+    s * 2**8 (the table is not touched), larger ones by the table; both give torch's float8 ->
+    float32 conversion times the scale, bit for bit, in float32 and in bf16 (subnormal scales
+    give subnormal products, rounded once either way)."""
+    from kernels_bridge import fp8_unpack
 
     usable = torch.tensor([b for b in range(256) if b & 0x7F != 0x7F], dtype=torch.uint8)
     codes = usable.repeat(9)[: 4 * 512].view(4, 512)
-    scales = torch.tensor([2.0 ** exponent, -(2.0 ** exponent)]).repeat(8).view(4, 4)
-    if -126 <= exponent <= 7:
+    scales = torch.tensor([scale, -scale]).repeat(8).view(4, 4)
+    if not (math.isfinite(scale) and abs(scale) >= 2.0 ** 120):
         def no_table(*args):
-            raise AssertionError("scales 2**-126 .. 2**7 take the exponent path")
-        monkeypatch.setattr(fp8, "_unpack_by_table", no_table)
+            raise AssertionError("this scale takes the half-precision path")
+        monkeypatch.setattr(fp8_unpack, "_by_table", no_table)
     _assert_same_bits(_rows_of(codes, scales))
 
 
-def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch, cpu_path):
-    """NaN codes keep the table's bits; only the block of rows holding one takes the table. In C,
-    the rows before it are unpacked in C and the tensor code starts at it."""
-    from kernels_bridge import fp8
+def test_a_block_with_a_nan_code_goes_by_the_table(monkeypatch):
+    """NaN codes keep the table's bits; only the block of rows holding one takes the table."""
+    from kernels_bridge import fp8_unpack
 
-    n = 2 * fp8.EXPONENT_ROWS + 5
+    block = fp8_unpack.CHUNK_ROWS
+    n = 2 * block + 5
     g = torch.Generator().manual_seed(5)
     codes = torch.randint(0, 256, (n, 512), dtype=torch.uint8, generator=g)
     codes[(codes & 0x7F) == 0x7F] = 0x11
-    codes[fp8.EXPONENT_ROWS + 3, 100] = 0xFF  # in the second block only
-    scales = torch.pow(2.0, torch.randint(-20, 8, (n, 4), generator=g).float())
+    codes[block + 3, 100] = 0xFF  # in the second block only
+    scales = torch.rand(n, 4, generator=g) * 3
     spans = []
-    real = fp8._unpack_by_table
-    monkeypatch.setattr(fp8, "_unpack_by_table", lambda raw, out, lo, hi: spans.append((lo, hi)) or real(raw, out, lo, hi))
+    real = fp8_unpack._by_table
+    monkeypatch.setattr(fp8_unpack, "_by_table",
+                        lambda raw, sc, out, lo, hi: spans.append((lo, hi)) or real(raw, sc, out, lo, hi))
     _assert_same_bits(_rows_of(codes, scales))
-    if cpu_path == "C":  # spans count from the first row C left, the one with the NaN code
-        assert spans == [(0, fp8.EXPONENT_ROWS)] * 2  # the float32 and the bf16 call
-    else:
-        assert spans == [(fp8.EXPONENT_ROWS, 2 * fp8.EXPONENT_ROWS)] * 2
+    assert spans == [(block, 2 * block)] * 2  # the float32 and the bf16 call
 
 
 def test_flushed_denormals_take_the_table():
@@ -340,3 +396,80 @@ def test_flushed_denormals_take_the_table():
     finally:
         torch.set_flush_denormal(False)
     assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+
+
+def test_bytes_equal_sglangs_own_writer(tmp_path):
+    """SGLang 0.5.23's Triton writer (the function its memory pool calls), run by Triton's CPU
+    interpreter in a process of its own (tests/oracles/sglang_fp8_writer.py), writes exactly the
+    bytes quantize_kv_fp8 writes: normal rows, an all-zero tile, subnormal tiles, a huge value,
+    an infinity."""
+    import subprocess
+    import sys
+
+    from tests.sglang_release import require, require_modules
+
+    require("0.5.23")
+    require_modules("triton")
+    g = torch.Generator().manual_seed(0)
+    kv = (torch.randn(64, 576, generator=g) * torch.exp(torch.randn(576, generator=g) * 2)).to(torch.bfloat16)
+    kv[3, :128] = 0
+    kv[5, 128:256] = 1e-39
+    kv[6, 256] = 3e38
+    kv[7, 300] = math.inf
+    torch.save(kv, tmp_path / "kv.pt")
+    script = os.path.join(os.path.dirname(oracle.__file__), "sglang_fp8_writer.py")
+    done = subprocess.run([sys.executable, script, str(tmp_path / "kv.pt"), str(tmp_path / "rows.pt")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = torch.load(tmp_path / "rows.pt")
+    ours = quantize_kv_fp8(kv)
+    assert theirs.dtype == torch.uint8 and theirs.shape == ours.shape
+    assert torch.equal(theirs, ours), f"{int((theirs != ours).sum())} bytes differ"
+
+
+def _too_small(shape, dtype, nbytes):
+    """A tensor of `shape` whose storage was shrunk to `nbytes` afterwards (torch keeps the shape
+    and reads or writes past the storage's end)."""
+    t = torch.zeros(shape, dtype=dtype)
+    t.untyped_storage().resize_(nbytes)
+    return t
+
+
+def _freed(t):
+    t = t.clone()
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def _nested(t):
+    return torch.nested.nested_tensor([t[:2], t[:3]])
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("call, argument, fragment", [
+    (lambda kv, rows: quantize_kv_fp8(_freed(kv)), "kv", "storage was freed"),
+    (lambda kv, rows: quantize_kv_fp8(_too_small((8, 576), torch.bfloat16, 4096)), "kv", "of a storage of 4096"),
+    (lambda kv, rows: quantize_kv_fp8(_nested(kv)), "kv", "nested"),
+    (lambda kv, rows: quantize_kv_fp8(kv, scale_mode="power-of-two"), "scale_mode", "sglang, flashmla"),
+    (lambda kv, rows: dequantize_kv_fp8(_freed(rows)), "packed", "storage was freed"),
+    (lambda kv, rows: dequantize_kv_fp8(_nested(rows)), "packed", "nested"),
+    (lambda kv, rows: dequantize_kv_fp8(rows, out=_too_small((8, 576), torch.bfloat16, 4096)), "out",
+     "9216 bytes of a storage of 4096"),
+    (lambda kv, rows: dequantize_kv_fp8(rows, out=_too_small((8, 576), torch.bfloat16, 0)), "out", "freed"),
+    (lambda kv, rows: dequantize_kv_fp8(rows, out=torch.zeros(8, 576, dtype=torch.bfloat16, requires_grad=True)),
+     "out", "requires grad"),
+    (lambda kv, rows: dequantize_kv_fp8_f32(rows.view(-1)[:8]), "rows", "shape (8,)"),
+    (lambda kv, rows: dequantize_kv_fp8_f32(kv), "rows", "dtype torch.bfloat16"),
+    (lambda kv, rows: dequantize_kv_fp8_f32(_freed(rows)), "rows", "storage was freed"),
+    (lambda kv, rows: dequantize_kv_fp8_f32(_too_small((8, 656), torch.uint8, 100)), "rows", "of a storage of 100"),
+])
+def test_tensors_the_functions_cannot_read_or_write_are_refused_by_name(call, argument, fragment):
+    """Freed or short storage (read or written past its end by torch itself), nested tensors
+    (torch answers .shape with "Internal error"), an out= tracked by autograd and an unknown scale
+    mode: a ValidationError naming the argument, before anything is read or written."""
+    kv = realistic_kv(8, seed=21)
+    rows = quantize_kv_fp8(kv)
+    with pytest.raises(ValidationError) as info:
+        call(kv, rows)
+    assert info.value.argument == argument and f"{argument}: " in str(info.value)
+    assert fragment in str(info.value)

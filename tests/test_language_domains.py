@@ -137,3 +137,48 @@ def test_the_conform_sample_of_a_domain_of_parts_holds_every_value(policy):
     assert sample.configs_of(policy, n=6, seed=1)[0] == few
     narrowed, total = sample.configs_of(policy, {"tp": 8})
     assert narrowed and all(c["tp"] == 8 for c in narrowed) and total == len(narrowed)
+
+
+LOWER = """
+policy: lower
+version: 1
+description: A case-insensitive string test.
+inputs:
+  layout: {type: str, values: [v41, V41, v4], default: null, nullable: true, env: SGLANG_DSV4_KV_LAYOUT}
+backends: {mega: M, flashmla: F}
+phases:
+  attn: {input: attn_backend}
+resolve:
+  rules: []
+defaults:
+  rules:
+    - name: v41-layout
+      when:
+        any:
+          - {layout: null}
+          - {layout: {lower_in: [auto, v41, v41_new]}}
+      set: {attn: mega}
+    - name: other
+      set: {attn: flashmla}
+checks:
+  rules: []
+"""
+
+
+@pytest.mark.parametrize("layout, attn", [(None, "mega"), ("v41", "mega"), ("V41", "mega"), ("AuTo", "mega"),
+                                          ("v41_NEW", "mega"), ("v4", "flashmla"), ("", "flashmla"),
+                                          ("v41 ", "flashmla")])
+def test_lower_in_compares_the_lower_case_form_as_sglang_does(tmp_path, layout, attn):
+    policy = load_text(tmp_path, LOWER)
+    assert policy.evaluate({"layout": layout}).backends == {"attn": attn}
+    assert_bulk_equals_evaluate(policy, [{"layout": layout, "attn_backend": None}])
+
+
+def test_lower_in_takes_lower_case_strings_of_a_str_input(tmp_path):
+    bad = LOWER.replace("lower_in: [auto, v41, v41_new]", "lower_in: [Auto, v41]").replace(
+        "{layout: null}", "{attn_backend: {lower_in: [mega]}}")
+    with pytest.raises(engine.PolicyError) as exc:
+        load_text(tmp_path, bad)
+    text = "\n".join(str(p) for p in exc.value.problems)
+    assert "E308: 'Auto' is not lower case, so lower_in never matches it" in text
+    assert "E308: lower_in compares strings but 'attn_backend' is enum" in text

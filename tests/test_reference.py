@@ -276,13 +276,14 @@ def test_empty_batches_give_empty_outputs():
 
 # ---- FP8 vs BF16 accuracy ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("scale_mode", ["sglang", "flashmla"])
 @pytest.mark.parametrize("q_scale,min_cos,max_err,max_lse", [
     (0.25, 0.9995, 0.05, 0.03),   # logits std ~1: diffuse attention
     (1.0, 0.995, 0.3, 1.0),       # logits std ~4: sharply peaked attention
 ])
-def test_fp8_decode_close_to_bf16_on_realistic_inputs(q_scale, min_cos, max_err, max_lse):
-    fig = fp8_vs_bf16_figures(q_scale)
-    print(f"FP8 vs BF16 (h_q 128, top-k 2048, q scale {q_scale}): " +
+def test_fp8_decode_close_to_bf16_on_realistic_inputs(q_scale, min_cos, max_err, max_lse, scale_mode):
+    fig = fp8_vs_bf16_figures(q_scale, scale_mode=scale_mode)
+    print(f"FP8 vs BF16 (h_q 128, top-k 2048, q scale {q_scale}, {scale_mode} scales): " +
           ", ".join(f"{k} {v:.5f}" for k, v in fig.items()))
     assert fig["cosine"] > min_cos
     assert 0 < fig["max_err_over_peak"] < max_err

@@ -15,25 +15,33 @@ from tests.helpers import ROOT, run_cli
 SHIPPED = os.path.join(ROOT, "policies")
 
 
-def _releases_of_shipped() -> dict[str, str]:
-    """release -> FAMILY@N, read from each shipped file's own upstream (not from the resolver)."""
-    out = {}
+def _releases_of_shipped() -> dict[str, dict[str, str]]:
+    """release -> {family: FAMILY@N}, read from each shipped file's own upstream (not from the
+    resolver): at most one version of a family models a release."""
+    out: dict = {}
     for family, versions in engine.list_families().items():
         for v in versions:
             up = engine.load_policy(f"{family}@{v}").upstream
             for release in (up.releases if up else ()):
-                assert release not in out, f"{release} is modelled twice: {out[release]} and {family}@{v}"
-                out[release] = f"{family}@{v}"
+                seen = out.setdefault(release, {})
+                assert family not in seen, f"{release} is modelled twice: {seen[family]} and {family}@{v}"
+                seen[family] = f"{family}@{v}"
     return out
 
 
-def test_every_modelled_release_resolves_to_its_version():
+def test_every_modelled_release_resolves_to_its_version_of_each_family():
+    from engine.policy.sets import load_policy_set
+
     table = _releases_of_shipped()
-    assert "0.5.23" in table and "0.5.11" in table
-    for release, ref in table.items():
+    assert "0.5.23" in table and "0.5.11" in table and len(table["0.5.23"]) >= 2
+    for release, refs in table.items():
+        # one policy: the version of the family that routes DSA models, which every release has
         policy = engine.load_policy(f"sglang=={release}")
-        assert f"{policy.family}@{policy.version}" == ref
+        assert f"{policy.family}@{policy.version}" == refs["dsa-backends"] and "dsa" in policy.models
         assert policy.upstream.models(release)
+        # the set: one version of every family that models the release, each routing its classes
+        got = {p.family: f"{p.family}@{p.version}" for p in load_policy_set(f"sglang=={release}").policies}
+        assert got == refs
 
 
 def test_a_release_no_version_models_exits_2_listing_the_modelled_ones(capsys):

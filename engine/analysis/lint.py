@@ -8,7 +8,7 @@ L402 dead-rule          a rule whose condition holds for no config
 L403 self-contradiction a default backend that the policy's own checks reject, at defaults or after
                         (with a counterexample)
 L404 empty-allowed      an allowed-backend set that is empty
-L405 unused-input       a declared input no rule, table or template reads
+L405 unused-input       a declared input no rule, table, template or scope condition reads
 L406 deprecated-notice  a deprecated flag whose notice does not name it (upstream's notices name
                         the spelling typed; one that names another flag was copied from it)
 L407 incapable-route    a default rule, or an allow-list a check admits a user's backend by, routes a
@@ -119,6 +119,11 @@ def _unused_inputs(policy) -> list[Problem]:
                     read.update(f.name for f in tpl.fields)
     for table in _tables(policy):
         read |= table.keys_read()
+    # what a decision says of its config: out of scope (leaves_out[].when), not applicable (applies)
+    for _, c in policy.scope:
+        cond(c)
+    for c in policy.applies.values():
+        cond(c)
     out = []
     for name, spec in policy.inputs.items():
         if spec.phase is None and name not in read:

@@ -228,32 +228,36 @@ def cmd_replay(argv) -> int:
     return OK if result["equivalent"] else VIOLATION
 
 
-def _conform_policy(ns, load_policy):
-    """The policy conform runs: the one named (--policy, else $HISPARSE_POLICY), else the version
-    that models the installed SGLang, said on stderr; the default policy when SGLang is missing
-    or no version models its release (also said)."""
+def _conform_policies(ns) -> list:
+    """The policies conform runs: those the reference names (--policy, else $HISPARSE_POLICY: a
+    release or a folder names one version per family), else the versions that model the
+    installed SGLang, said on stderr; the default policy when SGLang is missing or no version
+    models its release (also said)."""
     from engine.errors import PolicyError
-    from engine.files.shipped import default_policy_ref
     from engine.files.releases import INSTALLED, installed_release
+    from engine.files.shipped import default_policy_ref
+    from engine.policy.loader import load_policy
+    from engine.policy.sets import load_policy_set
 
     if ns.policy is not None or os.environ.get("HISPARSE_POLICY") is not None:
-        return load_policy(policy_ref(ns.policy), ns.policy_dir)
+        return load_policy_set(policy_ref(ns.policy), ns.policy_dir).policies
     try:
         release = installed_release()
     except PolicyError:
-        return load_policy(default_policy_ref(), ns.policy_dir)  # conform then says SGLang is missing
+        return [load_policy(default_policy_ref(), ns.policy_dir)]  # conform then says SGLang is missing
     try:
-        policy = load_policy(INSTALLED, ns.policy_dir)
+        policies = load_policy_set(INSTALLED, ns.policy_dir).policies
     except PolicyError as exc:
         if not any(p.code == "R601" for p in exc.problems):
             raise
         policy = load_policy(default_policy_ref(), ns.policy_dir)
         print(f"hisparse conform: no --policy, and no policy version models the installed SGLang "
               f"{release}: running {policy.ref}", file=sys.stderr)
-        return policy
-    print(f"hisparse conform: no --policy: {policy.ref}, the version that models the installed "
-          f"SGLang {release}", file=sys.stderr)
-    return policy
+        return [policy]
+    print(f"hisparse conform: no --policy: {', '.join(p.ref for p in policies)}, the "
+          f"version{'s' if len(policies) > 1 else ''} that model{'' if len(policies) > 1 else 's'} the "
+          f"installed SGLang {release}", file=sys.stderr)
+    return policies
 
 
 def cmd_versions(argv) -> int:
@@ -291,35 +295,47 @@ def cmd_conform(argv) -> int:
     ns = parser.parse_args(argv)
     from engine.sglang.conform import SGLangUnavailable, conform
     from engine.sglang.conform.sample import axes
-    from engine.policy.loader import load_policy
     from engine.analysis.domain import parse_where
 
-    policy = _conform_policy(ns, load_policy)
-    fixed = parse_where(policy, ns.where)
-    widest = max(len(values) for _, values in axes(policy, fixed))
-    if ns.sample is not None and ns.sample < widest:
-        raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
-                         f"every input, so it needs at least {widest} configs")
+    policies = _conform_policies(ns)
+    runs = []  # (policy, its --where); with several policies, those that have every NAME
+    names = {w.split("=", 1)[0].strip() for w in ns.where or ()}
+    for policy in policies:
+        if len(policies) > 1 and not names <= set(policy.inputs):
+            continue
+        runs.append((policy, parse_where(policy, ns.where)))
+    if not runs:
+        raise UsageError(f"hisparse conform: --where: no policy of {', '.join(p.ref for p in policies)} has "
+                         f"every input named ({', '.join(sorted(names))})")
+    for policy, fixed in runs:
+        widest = max(len(values) for _, values in axes(policy, fixed))
+        if ns.sample is not None and ns.sample < widest:
+            raise UsageError(f"hisparse conform: --sample {ns.sample}: a stratified sample holds every value of "
+                             f"every input, so it needs at least {widest} configs ({policy.ref})")
     if ns.case_timeout is not None and not 0 < ns.case_timeout <= 86400:
         raise UsageError(f"hisparse conform: --case-timeout {ns.case_timeout:g}: from above 0 to 86400 seconds")
     from engine.sglang.conform.runner import CaseTimedOut, DriverError, WorkerCrashed
-
-    try:
-        result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr,
-                         case_timeout=ns.case_timeout)
-    except (SGLangUnavailable, WorkerCrashed, DriverError, CaseTimedOut) as exc:
-        # SGLang could not run, or failed on a launch: no report to give, the reason is the output
-        print(f"hisparse conform: {exc}", file=sys.stderr)
-        return ERROR
     from engine.cli.reports import conform_text
 
-    if result["warning"] and ns.format != "text":
-        print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
-    if ns.format == "json":
-        emit_json(result)
+    results = []
+    for policy, fixed in runs:
+        try:
+            result = conform(policy, fixed, ns.sample, ns.seed, ns.workers, progress=sys.stderr,
+                             case_timeout=ns.case_timeout)
+        except (SGLangUnavailable, WorkerCrashed, DriverError, CaseTimedOut) as exc:
+            # SGLang could not run, or failed on a launch: no report to give, the reason is the output
+            print(f"hisparse conform: {exc}", file=sys.stderr)
+            return ERROR
+        if result["warning"] and ns.format != "text":
+            print(f"hisparse conform: warning: {result['warning']}", file=sys.stderr)
+        results.append(result)
+    if ns.format == "json":  # one policy: its report; several (one per family): every report
+        emit_json(results[0] if len(results) == 1 else
+                  {"conformant": all(r["conformant"] for r in results), "reports": results})
     else:
-        print(conform_text(result, markdown=ns.format == "markdown", max_patterns=ns.max_patterns))
-    return OK if result["conformant"] else VIOLATION
+        print("\n\n".join(conform_text(r, markdown=ns.format == "markdown", max_patterns=ns.max_patterns)
+                          for r in results))
+    return OK if all(r["conformant"] for r in results) else VIOLATION
 
 
 def _launch(argv) -> int:

@@ -25,7 +25,7 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
     if not d.in_scope:
         out = d.out_of_scope
         lines.append(f"  out of scope: {one_line(out['why'])} ({one_line(out['where'])})")
-    rules = {name: (line, stage) for name, line, stage, _ in p.rule_meta}
+    rules = {name: (line, stage) for name, line, stage, *_ in p.rule_meta}
     width = max(len(ph) for ph in p.phases) + 1
     column = max([16] + [len(show(b)) for b in d.backends.values()])  # the reasons aligned, whatever the backend
     for ph, backend in d.backends.items():

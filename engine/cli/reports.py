@@ -166,13 +166,16 @@ def _table_blocks(policy, result: dict, axes: list, phases: list, title: str, re
             lines += _fill(["  rejected:"] + r["rejected"].split(), indent=" " * 12)
             continue
         c = next(cells)
+        per_line = max(1, (TEXT_WIDTH - 11) // (label + width + 2))  # the phases side by side
+        groups = [phases[k:k + per_line] for k in range(0, len(phases), per_line)]
         for what, i in (("default", 0), ("allowed", 1)):
-            columns = [(f"{ph}:".ljust(label), wrap_words(c[ph][i], width)) for ph in phases]
-            for n in range(max(len(col) for _, col in columns)):
-                text = f"  {what if n == 0 else '':<9}"
-                for name, col in columns:
-                    text += (name if n == 0 else " " * label) + (col[n] if n < len(col) else "").ljust(width + 2)
-                lines.append(text.rstrip())
+            for g, group in enumerate(groups):
+                columns = [(f"{ph}:".ljust(label), wrap_words(c[ph][i], width)) for ph in group]
+                for n in range(max(len(col) for _, col in columns)):
+                    text = f"  {what if n == 0 and g == 0 else '':<9}"
+                    for name, col in columns:
+                        text += (name if n == 0 else " " * label) + (col[n] if n < len(col) else "").ljust(width + 2)
+                    lines.append(text.rstrip())
     if reasons:
         lines.append("")
     for i, why in enumerate(reasons, 1):
@@ -257,8 +260,11 @@ def replay_text(result: dict) -> str:
 # -- hisparse conform -------------------------------------------------------------------------
 def _side_text(s: dict) -> str:
     if s["ok"]:
-        b = s["backends"]
-        text = f"accepted kv_cache_dtype={s['kv_cache_dtype']} prefill={b['prefill']} decode={b['decode']}"
+        b = s.get("backends")
+        text = f"accepted kv_cache_dtype={s['kv_cache_dtype']}"
+        if b:
+            text += f" prefill={b['prefill']} decode={b['decode']}"
+        text += "".join(f" {k}={v}" for k, v in (s.get("values") or {}).items())
     else:
         text = f"rejected: {one_line(s['message'])}"
     return text + "".join(f"\n        log: {one_line(line)}" for line in s["log"])

@@ -52,8 +52,9 @@ def modelled_releases(policy_dir: str | None = None) -> dict:
 
 
 def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict]:
-    """One row per release (SGLANG_RELEASES, then any other release a version lists): the version
-    that models it (None: none does) and its saved report's figures (None: not run)."""
+    """One row per release (SGLANG_RELEASES, then any other release a version lists) and family
+    that models it (one row when none does): the version that models it (None: none does, or
+    several versions of one family) and its saved report's figures (None: not run)."""
     from engine.files.releases import release_key
 
     from engine.files.reading import sha256
@@ -68,20 +69,35 @@ def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict
                     digests[ref] = sha256(fh.read()).hexdigest()
     out = []
     for release in sorted(set(SGLANG_RELEASES) | set(table), key=release_key):
-        refs = [ref for ref, _, _ in table.get(release, [])]
-        ref = refs[0] if len(refs) == 1 else None
-        r = saved.get((ref, release)) if ref else None
-        row = {"release": release, "version": ref, "versions": refs, "conformance": None}
-        if r is not None:
-            c = r["counts"]
-            row["conformance"] = {
-                "configs": r["total"], "agree": c["agree"], "out_of_scope": c["out_of_scope"],
-                "differ": c["differ"], "sample": r.get("sample"), "seconds": r.get("seconds"),
-                "report": f"docs/conformance/{r['file']}",
-                # whether the report was made on the file's current bytes (else an earlier revision of it)
-                "current": r.get("policy", {}).get("sha256") == digests.get(ref)}
-        out.append(row)
+        for refs in _by_family([ref for ref, _, _ in table.get(release, [])]):
+            out.append(_row(release, refs, saved, digests))
     return out
+
+
+def _by_family(refs: list) -> list[list]:
+    """The versions that model one release, one list per family (each family routes its own class
+    of models, so each has a row of its own), families in name order; [[]] when none does."""
+    families: dict = {}
+    for ref in refs:
+        families.setdefault(ref.rpartition("@")[0], []).append(ref)
+    return [families[f] for f in sorted(families)] or [[]]
+
+
+def _row(release: str, refs: list, saved: dict, digests: dict) -> dict:
+    """A release's row for the versions of one family that model it (one, unless that family is
+    ambiguous: then no figures)."""
+    ref = refs[0] if len(refs) == 1 else None
+    r = saved.get((ref, release)) if ref else None
+    row = {"release": release, "version": ref, "versions": refs, "conformance": None}
+    if r is not None:
+        c = r["counts"]
+        row["conformance"] = {
+            "configs": r["total"], "agree": c["agree"], "out_of_scope": c["out_of_scope"],
+            "differ": c["differ"], "sample": r.get("sample"), "seconds": r.get("seconds"),
+            "report": f"docs/conformance/{r['file']}",
+            # whether the report was made on the file's current bytes (else an earlier revision of it)
+            "current": r.get("policy", {}).get("sha256") == digests.get(ref)}
+    return row
 
 
 def configs_cell(conf: dict) -> str:

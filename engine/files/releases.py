@@ -42,11 +42,19 @@ def modelled(files, load) -> dict[str, list[tuple[str, str, str]]]:
 
 def resolve(ref: str, files, load) -> tuple[str, str]:
     """(path, display) of the version that models the release `ref` names, among `files` (see
-    modelled). Exit 2 (PolicyError) when no version or more than one does, listing the modelled
-    releases."""
+    modelled). Each family models a release with at most one version; where several families
+    model it (each routes its own class of models), the one policy a release names is the version
+    of the family that routes the default class (DSA: what a model nothing tells about gets,
+    engine/policy/sets.py), as `load_policy_set(ref).choose(None)` gives. Exit 2 (PolicyError)
+    when no version does, or when more than one version of a family (or several families, none
+    routing the default class) do, listing them."""
     release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()
     table = modelled(files, load)
     found = table.get(release, [])
+    if len(found) > 1:  # one version per family: as one policy, the family that routes DSA models
+        families = {load(path, display).family for _, path, display in found}
+        if len(families) == len(found):
+            found = [f for f in found if "dsa" in load(f[1], f[2]).models] or found
     if len(found) == 1:
         return found[0][1], found[0][2]
     listed = ", ".join(sorted(table, key=release_key)) or "none"

@@ -6,6 +6,7 @@ A condition is a mapping; its entries all hold (AND):
     input: VALUE                 equality
     input: {in: [..]} / {not_in: [..]} / {"==": x} / {"!=": x} / {">=": n} ... / {set: bool}
     input: {multiple_of: n}      an integer multiple of n (never for an unset value or a zero n)
+    input: {lower_in: [..]}      a string whose lower-case form is listed (SGLang's `.lower() in`)
     any: [cond, ...]   all: [cond, ...]   not: cond
     user_set: {phase: bool, ...}  whether the user set that phase's backend
 Operands of comparisons may be {input: NAME}, the current value of another input, or
@@ -158,6 +159,8 @@ class Test(Cond):
             return value in self.operand
         if op == "not_in":
             return value not in self.operand
+        if op == "lower_in":
+            return isinstance(value, str) and value.lower() in self.operand
         other = operand_value(self.operand, env)
         if op == "==":
             return _same(value, other)
@@ -174,6 +177,9 @@ class Test(Cond):
         op = self.op
         if op == "set":
             return f"({var} is {'not ' if self.operand else ''}None)"
+        if op == "lower_in":
+            members = ", ".join(repr(m) for m in sorted(self.operand))
+            return f"({var} is not None and {var}.lower() in ({members},))"
         if op in ("in", "not_in"):
             members = sorted(self.operand, key=repr)
             neg = "not " if op == "not_in" else ""
@@ -202,9 +208,9 @@ class Test(Cond):
         op = self.op
         if op == "set":
             return f"{self.input} is {'set' if self.operand else 'unset'}"
-        if op in ("in", "not_in"):
+        if op in ("in", "not_in", "lower_in"):
             listed = ", ".join(_word(v) for v in sorted(self.operand, key=repr))
-            return f"{self.input} {'in' if op == 'in' else 'not in'} [{listed}]"
+            return f"{self.input} {({'in': 'in', 'not_in': 'not in'}).get(op, 'in lower case in')} [{listed}]"
         if isinstance(self.operand, InputRef):
             other = self.operand.name
         elif isinstance(self.operand, Product):

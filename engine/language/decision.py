@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 
-class Violation(namedtuple("Violation", "check message location phase stage raises",
-                           defaults=(None, "checks", "ValueError"))):
+class Violation(namedtuple("Violation", "check message location phase stage raises part",
+                           defaults=(None, "checks", "ValueError", None))):
     """check: the rule's name; location: file:line of the rule; phase: set for per-phase checks;
     stage: checks, or resolve for a requirement that stopped evaluation; raises: the exception
-    upstream raises for it (the rule's `raises`)."""
+    upstream raises for it (the rule's `raises`); part: the rule's `part`, if it has one."""
 
     __slots__ = ()
 
@@ -19,6 +19,8 @@ class Violation(namedtuple("Violation", "check message location phase stage rais
         if self.stage != "checks":
             out["stage"] = self.stage
         out["raises"] = self.raises
+        if self.part is not None:
+            out["part"] = self.part
         return out
 
 
@@ -67,7 +69,8 @@ class Decision:
         return list(self._log)
 
     def lines_of(self, stage: str) -> list:
-        """The log lines the stage made (parse, resolve or defaults), in order."""
+        """The log lines the stage made (parse, resolve or defaults) or the rules of one `part`
+        made, in order (a line of a rule with a part is that part's, not its stage's)."""
         return [line for line, at in zip(self._log, self._log_stages) if at == stage]
 
     @property

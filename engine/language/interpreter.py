@@ -49,11 +49,13 @@ class Trace:
 
 
 class Part:
-    """A part of a policy to evaluate alone: its stages, and which checks of the checks stage
-    (`check(rule, phase)`; None: every one). What one upstream function does, called by itself."""
+    """A part of a policy to evaluate alone: its stages, which checks of the checks stage
+    (`check(rule, phase)`; None: every one), and which resolve rules (`rules`: the rules' `part`
+    names; None: every one). What one upstream function does, called by itself."""
 
-    def __init__(self, stages, check=None):
+    def __init__(self, stages, check=None, rules=None):
         self.stages, self.check = frozenset(stages), check
+        self.rules = None if rules is None else frozenset(rules)
 
 
 WHOLE = Part(("resolve", "defaults", "checks"))
@@ -129,6 +131,8 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=(), p
     stage = policy.stages["resolve"]
     if "resolve" in part.stages and holds("resolve", None, stage.when)[0]:
         for rule in stage.rules:
+            if part.rules is not None and rule.part not in part.rules:
+                continue
             applies, step = holds("resolve", rule, rule.when)
             if not applies:
                 continue
@@ -151,7 +155,7 @@ def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=(), p
                     sources[phase] = rule.name
             if rule.log is not None:
                 log.append(rule.log.render(ctx()))
-                stages.append("resolve")
+                stages.append(rule.part or "resolve")
                 done.append(f"log: {log[-1]}")
             if step:
                 if rule.require is not None:

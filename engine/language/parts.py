@@ -378,6 +378,14 @@ class Builder:
                 for i, v in enumerate(operand):
                     self._value(spec, v, opath + (i,))
                 tests.append(Test(name, op, frozenset(operand), opath))
+            elif op == "lower_in":
+                if spec.type != "str":
+                    self.problem("E308", f"lower_in compares strings but '{name}' is {spec.type}", opath, key=True)
+                for i, v in enumerate(operand):
+                    if v != v.lower():
+                        self.problem("E308", f"{shown(v)} is not lower case, so lower_in never matches it",
+                                     opath + (i,))
+                tests.append(Test(name, op, frozenset(operand), opath))
             elif op == "set":
                 if not spec.nullable:
                     self.problem("E308", f"'{name}' is never unset (it is not nullable), so "
@@ -483,7 +491,7 @@ class Builder:
             rule = Rule(stage, i, name, self.cond(r.get("when"), path + ("when",), stage == "checks"
                                                   and r.get("for_each") == "phase"),
                         description=(r.get("description") or "").strip(), path=path,
-                        line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}))
+                        line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}), part=r.get("part"))
             getattr(self, f"_{stage}_rule")(rule, r, path)
             rules.append(rule)
         return Stage(stage, self.cond(raw.get("when"), spath + ("when",)), rules,
@@ -498,8 +506,8 @@ class Builder:
                 continue
             if isinstance(value, dict):  # a computed value: another input's, a product, a quotient
                 computed = self._computed(spec, value, path + ("set", key))
-                clash = sorted(operand_inputs(computed) & set(r["set"])) if computed is not None else ()
-                if clash:  # the order of one rule's writes would matter: there is none
+                clash = sorted(operand_inputs(computed) & (set(r["set"]) - {key})) if computed is not None else ()
+                if clash:  # the order of one rule's writes would matter: there is none (itself: its old value)
                     self.problem("E308", f"'{key}' is computed from {', '.join(clash)}, which this rule "
                                  "also sets; set it in a rule of its own", path + ("set", key))
                 elif computed is not None:

@@ -34,14 +34,15 @@ class Rule(Record):
     checks: for_each_phase, require or allowed, message, at (defaults: inside the defaults
     stage, stopping evaluation; checks: after it).
     accepts: lint code -> why upstream behaves so (not reported); raises: the exception upstream
-    raises when the rule refuses a config."""
+    raises when the rule refuses a config; part: the upstream function the rule stands for, where
+    one stage models several (the SGLang plugin answers each replaced function with its part)."""
 
     FIELDS = ("stage", "index", "name", "when", "set", "log", "require", "allowed", "message", "for_each_phase",
-              "at", "description", "path", "line", "accepts", "raises")
+              "at", "description", "path", "line", "accepts", "raises", "part")
     __slots__ = FIELDS
     DEFAULTS = {"when": TrueCond, "set": dict, "log": None, "require": None, "allowed": None, "message": None,
                 "for_each_phase": False, "at": "checks", "description": "", "path": (), "line": 0, "accepts": dict,
-                "raises": "ValueError"}
+                "raises": "ValueError", "part": None}
 
 
 class Stage(Record):

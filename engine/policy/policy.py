@@ -29,7 +29,7 @@ class Policy:
         self.rule_list = [r for st in ("resolve", "defaults", "checks") for r in self.stages[st].rules]
         self.rule_index = {id(r): i for i, r in enumerate(self.rule_list)}  # rule -> its index in rule_list
         # what decisions name; a check placed `at: defaults` is raised where the defaults stage runs
-        self.rule_meta = tuple((r.name, r.line, "defaults" if r.at == "defaults" else r.stage, r.raises)
+        self.rule_meta = tuple((r.name, r.line, "defaults" if r.at == "defaults" else r.stage, r.raises, r.part)
                                for r in self.rule_list)
         checks = self.stages["checks"].rules
         self.check_order = ([r for r in checks if r.at == "defaults"], [r for r in checks if r.at != "defaults"])

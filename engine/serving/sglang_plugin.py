@@ -3,9 +3,11 @@
 starts, before the server arguments are prepared.
 
 Without HISPARSE_POLICY it returns at once and changes nothing. With it (any policy reference the
-CLI takes; HISPARSE_POLICY_DIR as --policy-dir), the policy replaces SGLang's DSA routing passes
-and judges its HiSparse backend check (engine/sglang/routing_hooks.py, at the targets of
-engine/sglang/hook_targets.py), through SGLang's HookRegistry. HISPARSE_RECORD=FILE appends each
+CLI takes; HISPARSE_POLICY_DIR as --policy-dir; a release or a folder names one version per
+family), each policy replaces the routing of the model classes it routes: the DSA family SGLang's
+DSA routing passes and HiSparse backend check (engine/sglang/routing_hooks.py), the DeepSeek-V4
+family its V4 KV-dtype pass and auto attention backend (engine/sglang/dsv4_hooks.py), at the
+targets of engine/sglang/hook_targets.py, through SGLang's HookRegistry. HISPARSE_RECORD=FILE appends each
 decision to FILE in the --record format (engine/serving/records.py).
 
 It fails loudly: `load_plugins()` logs and ignores a plugin's exceptions, so a problem here
@@ -22,14 +24,72 @@ def register() -> None:
     """SGLang's plugin entry point."""
     if "HISPARSE_POLICY" not in os.environ:
         return
-    policy, shown_as = _load_policy()
+    policies, shown_as = _load_policies()
     record = _record_file()
     release = installed_release()
-    from engine.sglang.hook_targets import family_of
+    on_decision = None
+    if record is not None:
+        from engine.serving.records import append_records
+
+        def on_decision(decision, given):
+            append_records(record, [decision], [given])
+    for policy in policies:
+        if "dsa" in policy.models:
+            _register_dsa(policy, shown_as, on_decision, release)
+        if "dsv4" in policy.models:
+            _register_dsv4(policy, shown_as, on_decision, release)
+
+
+def _register_dsa(policy, shown_as, on_decision, release) -> None:
+    from engine.sglang.hook_targets import DTYPE_METHOD, family_of
+    from engine.sglang.routing_hooks import PolicyRouting
 
     family = family_of(release)
     if family is None:
         _stop(1, f"SGLang {release} is not a release whose DSA routing hisparse-router knows (0.5.11 and later)")
+    originals = _originals(family, release)
+    # before 0.5.15 the hooks run only where SGLang's own gate found a DSA model (the methods in its
+    # DSA branch, the inline check after its model assert)
+    env = {"dsa_model": True} if DTYPE_METHOD in family.replace.values() else {}
+    routing = PolicyRouting(policy, shown_as, on_decision, env, family.reads)
+    _register(family, routing, originals, release)
+
+
+def _register_dsv4(policy, shown_as, on_decision, release) -> None:
+    """DeepSeek-V4: the functions of the release's V4 family (hook_targets.CLASS_FAMILIES), the
+    launch held against the release's own shipped version of the family (dsv4_hooks)."""
+    from engine.errors import HisparseError
+    from engine.policy.sets import load_policy_set
+    from engine.sglang.dsv4_hooks import V4Routing
+    from engine.sglang.hook_targets import class_family_of
+    from engine.files.shipped import shipped_policy_dir
+
+    family = class_family_of("dsv4", release)
+    if family is None:
+        _stop(1, f"SGLang {release} has no DeepSeek-V4 routing hisparse-router knows (0.5.12 and later), "
+                 f"but {policy.ref} routes DeepSeek-V4")
+    try:
+        shipped = load_policy_set(f"sglang=={release}", shipped_policy_dir()).for_class("dsv4")
+    except HisparseError:
+        shipped = None
+    if shipped is None:
+        _stop(1, f"no shipped dsv4-backends version models SGLang {release}: the plugin cannot hold "
+                 f"{policy.ref}'s DeepSeek-V4 decisions against that release's own code")
+    originals = _originals(family, release)
+    routing = V4Routing(policy, shipped, release, family.parts, shown_as, on_decision, family.reads)
+    if not family.replace:  # nothing replaced there: the launch is checked before SGLang's V4 step
+        import logging
+
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        step = originals[family.guard]
+        HookRegistry.register(family.guard, routing.check_only(step, logging.getLogger(step.__module__)),
+                              HookType.BEFORE)
+        return
+    _register(family, routing, originals, release)
+
+
+def _originals(family, release) -> dict:
     originals = {}
     for target in family.targets():
         try:
@@ -39,20 +99,7 @@ def register() -> None:
         except (ImportError, AttributeError, ValueError) as exc:
             _stop(1, f"SGLang {release} has no {target} ({type(exc).__name__}: {exc}): the policy cannot "
                      "replace its routing there")
-    on_decision = None
-    if record is not None:
-        from engine.serving.records import append_records
-
-        def on_decision(decision, given):
-            append_records(record, [decision], [given])
-    from engine.sglang.hook_targets import DTYPE_METHOD
-    from engine.sglang.routing_hooks import PolicyRouting
-
-    # before 0.5.15 the hooks run only where SGLang's own gate found a DSA model (the methods in its
-    # DSA branch, the inline check after its model assert)
-    env = {"dsa_model": True} if DTYPE_METHOD in family.replace.values() else {}
-    routing = PolicyRouting(policy, shown_as, on_decision, env, family.reads)
-    _register(family, routing, originals, release)
+    return originals
 
 
 def installed_release() -> str:
@@ -62,20 +109,22 @@ def installed_release() -> str:
     return installed() or "unknown"
 
 
-def _load_policy():
+def _load_policies():
+    """The policies HISPARSE_POLICY names (a release or a folder: one version per family), and the
+    file it named, if it named one by its path."""
     from engine.errors import HisparseError
-    from engine.files.shipped import default_policy_ref
     from engine.files.catalog import looks_like_path
-    from engine.policy.loader import load_policy
+    from engine.policy.sets import load_policy_set
 
     ref = os.environ.get("HISPARSE_POLICY", "")
     try:
-        policy = load_policy(default_policy_ref())
+        found = load_policy_set(None)
     except HisparseError as exc:
         problems = exc.problems
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         _stop(2, f"HISPARSE_POLICY={ref}: {problems[0]}{more}")
-    return policy, (policy.file if looks_like_path(ref) else None)
+    policies = found.policies
+    return policies, (policies[0].file if looks_like_path(ref) and len(policies) == 1 else None)
 
 
 def _record_file() -> str | None:

@@ -146,6 +146,52 @@ NSA_METHODS_0511 = HookFamily(
 FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_0514, PASSES_IN_METHODS, PIPELINE)
 BY_NAME = {f.name: f for f in FAMILIES}
 
+# -- DeepSeek-V4 (engine/sglang/dsv4_hooks.py) ------------------------------------------------------
+KV_PASS, ATTENTION_DEFAULT, CHECK_ONLY = "kv_pass", "attention_default", "check_only"
+_V4_PASS = "sglang.srt.arg_groups.overrides._deepseek_v4_kv_cache_dtype"
+_V4_HOOK = "sglang.srt.arg_groups.deepseek_v4_hook"
+_PIPELINE_READS = Reads("model_config_of", "get_platform")
+
+
+class ClassFamily(HookFamily):
+    """The functions of one model class's routing the plugin replaces in a family of releases, and
+    the policy parts they answer (dsv4_hooks.ENFORCED)."""
+
+    def __init__(self, name, label, replace, guard, parts, reads):
+        super().__init__(name, label, replace, guard, reads=reads)
+        self.parts = tuple(parts)
+
+
+CLASS_FAMILIES = {"dsv4": {f.name: f for f in (
+    # 0.5.23: the pass (overrides', and deepseek_v4_hook's own import of it) and what auto becomes
+    ClassFamily("v4-auto", "the V4 KV-dtype pass and auto attention backend (0.5.23)",
+                {_V4_PASS: KV_PASS, f"{_V4_HOOK}._deepseek_v4_kv_cache_dtype": KV_PASS,
+                 f"{_V4_HOOK}._default_dsv4_attention_backend": ATTENTION_DEFAULT},
+                PIPELINE.guard, ("deepseek_v4_kv_cache_dtype", "default_dsv4_attention_backend"),
+                {KV_PASS: _PIPELINE_READS, ATTENTION_DEFAULT: _PIPELINE_READS}),
+    ClassFamily("v4-pass", "the V4 KV-dtype pass (0.5.19 to 0.5.22)",
+                {_V4_PASS: KV_PASS, f"{_V4_HOOK}._deepseek_v4_kv_cache_dtype": KV_PASS},
+                PIPELINE.guard, ("deepseek_v4_kv_cache_dtype",), {KV_PASS: _PIPELINE_READS}),
+    # 0.5.15-0.5.18: apply_deepseek_v4_defaults imports the pass inside its body
+    ClassFamily("v4-pass-methods", "the V4 KV-dtype pass (0.5.15 to 0.5.18)", {_V4_PASS: KV_PASS},
+                PASSES_IN_METHODS.guard, ("deepseek_v4_kv_cache_dtype",),
+                {KV_PASS: Reads("get_model_config", "is_functions")}),
+    # 0.5.12-0.5.14: the KV dtype is inline in apply_deepseek_v4_defaults; nothing is replaced, the
+    # launch is checked against the release's own code before it runs
+    ClassFamily("v4-checked", "none (0.5.12 to 0.5.14: the launch is checked only)",
+                {}, f"{_V4_HOOK}.apply_deepseek_v4_defaults", (), {}),
+)}}
+
+
+def class_family_of(model_class: str, release: str) -> ClassFamily | None:
+    """The family of a model class's functions the plugin replaces in a release (None: it routes
+    none of that class there)."""
+    from engine.sglang import registry
+
+    row = registry.release(release)
+    name = row.class_hooks.get(model_class) if row is not None else None
+    return CLASS_FAMILIES.get(model_class, {}).get(name) if name else None
+
 
 def family_of(release: str) -> HookFamily | None:
     """The family of functions the plugin replaces in a release (engine/sglang/registry.py: a

@@ -21,38 +21,45 @@ import sys
 
 class Release:
     """One SGLang release: its transformers base environment, the family of functions the plugin
-    replaces in it (hook_targets), the conform driver module that runs it, and the folder of
-    SGLang's own unit tests of those functions (None: the release has none)."""
+    replaces in it (hook_targets), the conform driver module that runs it, the folder of SGLang's
+    own unit tests of those functions (None: the release has none), and the families of the other
+    model classes' functions it replaces."""
 
-    __slots__ = ("version", "transformers", "hooks", "driver", "own_tests")
+    __slots__ = ("version", "transformers", "hooks", "driver", "own_tests", "class_hooks")
 
-    def __init__(self, version, transformers, hooks, driver, own_tests=None):
+    def __init__(self, version, transformers, hooks, driver, own_tests=None, class_hooks=None):
         self.version, self.transformers, self.hooks, self.driver = version, transformers, hooks, driver
         self.own_tests = own_tests
+        # model class -> the family of that class's functions the plugin replaces (hook_targets)
+        self.class_hooks = dict(class_hooks or {})
 
     def __repr__(self) -> str:
         return f"<SGLang {self.version}>"
 
 
 _C = "engine.sglang.conform."
+# the DeepSeek-V4 functions the plugin replaces (hook_targets.CLASS_FAMILIES): none where the KV
+# dtype is inline (0.5.12-0.5.14: checked only), the KV-dtype pass, and from 0.5.23 what auto becomes
+_V4_CHECKED, _V4_METHODS, _V4_PASS, _V4_AUTO = ({"dsv4": name} for name in (
+    "v4-checked", "v4-pass-methods", "v4-pass", "v4-auto"))
 # oldest first; .post releases on their own rows (PyPI publishes them as releases)
 RELEASES = (
     Release("0.5.11", "5.6.0", "nsa-methods-0511", _C + "sglang_0511"),
-    Release("0.5.12", "5.6.0", "nsa-methods-0512", _C + "sglang_0512"),
-    Release("0.5.12.post1", "5.6.0", "nsa-methods-0512", _C + "sglang_0512"),
-    Release("0.5.13", "5.12.1", "dsa-methods-0513", _C + "sglang_0513"),
-    Release("0.5.13.post1", "5.12.1", "dsa-methods-0513", _C + "sglang_0513"),
-    Release("0.5.14", "5.12.1", "dsa-methods-0514", _C + "sglang_0513"),
-    Release("0.5.15", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17"),
-    Release("0.5.15.post1", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17"),
-    Release("0.5.16", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17"),
-    Release("0.5.17", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17"),
-    Release("0.5.18", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17"),
-    Release("0.5.19", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23"),
-    Release("0.5.20", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23"),
-    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23"),
-    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23"),
-    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23"),
+    Release("0.5.12", "5.6.0", "nsa-methods-0512", _C + "sglang_0512", class_hooks=_V4_CHECKED),
+    Release("0.5.12.post1", "5.6.0", "nsa-methods-0512", _C + "sglang_0512", class_hooks=_V4_CHECKED),
+    Release("0.5.13", "5.12.1", "dsa-methods-0513", _C + "sglang_0513", class_hooks=_V4_CHECKED),
+    Release("0.5.13.post1", "5.12.1", "dsa-methods-0513", _C + "sglang_0513", class_hooks=_V4_CHECKED),
+    Release("0.5.14", "5.12.1", "dsa-methods-0514", _C + "sglang_0513", class_hooks=_V4_CHECKED),
+    Release("0.5.15", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
+    Release("0.5.15.post1", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
+    Release("0.5.16", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
+    Release("0.5.17", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
+    Release("0.5.18", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
+    Release("0.5.19", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
+    Release("0.5.20", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
+    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
+    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
+    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_AUTO),
 )
 BY_VERSION = {r.version: r for r in RELEASES}
 # the release this project installs and tests first (`make install`; the conform extra's pins)
@@ -96,7 +103,9 @@ ARCHITECTURES = {a.name: a for a in (
     Architecture("HYV4ForCausalLMNextN", "dsa", None, "0.5.20"),
     # is_deepseek_v4; V4.1 is told by model_type (MODEL_TYPES)
     Architecture("DeepseekV4ForCausalLM", "dsv4", "deepseek_v4", "0.5.12"),
-    Architecture("DeepseekV4ForCausalLMNextN", "dsv4", "deepseek_v4", "0.5.12"),
+    # a draft architecture loaded as the main model: a V4 model for HiSparse, but none of the V4
+    # overrides (they test architectures[0] == "DeepseekV4ForCausalLM")
+    Architecture("DeepseekV4ForCausalLMNextN", "dsv4", "deepseek_v4_nextn", "0.5.12"),
     Architecture("DeepseekV4ForCausalLMDSpark", "dsv4", "deepseek_v4_dspark", "0.5.16"),
     # is_minimax_sparse
     Architecture("MiniMaxM3SparseForCausalLM", "minimax_m3", "minimax_m3", "0.5.14"),

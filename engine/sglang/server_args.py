@@ -13,9 +13,13 @@ class ServerArgsError(EngineError, TypeError):
 
 def raise_refusal(decision, violation=None):
     """Raise what SGLang raises for a violation of the decision (default: its first): the
-    exception its rule names (`raises`: AssertionError for SGLang's bare asserts, else ValueError)."""
+    exception its rule names (`raises`: AssertionError for SGLang's bare asserts, RuntimeError
+    where SGLang raises one, else ValueError)."""
     v = violation or decision.violations[0]
-    raise (AssertionError if v.raises == "AssertionError" else ValueError)(v.message)
+    raise _EXCEPTIONS.get(v.raises, ValueError)(v.message)
+
+
+_EXCEPTIONS = {"AssertionError": AssertionError, "RuntimeError": RuntimeError, "ValueError": ValueError}
 
 
 def attr_names(policy, name: str) -> list[str]:

@@ -58,12 +58,14 @@ def bf16_bits(value: float) -> int:
     return struct.unpack("<I", struct.pack("<f", value))[0] >> 16
 
 
-def pack_row(values: Sequence[float]) -> bytes:
+def pack_row(values: Sequence[float], scale_mode: str = "sglang") -> bytes:
     """Quantize 576 bf16-exact floats into the 656-byte V3.2 row, one element at a time.
 
-    Scale: s = amax / 448 (float32 arithmetic), then the smallest power of two >= max(s, 1e-4),
-    found exactly with frexp (the bridge follows FlashMLA's float32 log2; the two agree except
-    within a float32 ulp above a power of two).
+    "sglang" (SGLang's Triton writer, dsa_quant_k_cache.py, in float32): s = amax / 448,
+    inv = 1 / s, code = e4m3(clamp(v * inv, -448, 448)), a NaN product (0 * inf) clamped to -448.
+    "flashmla" (FlashMLA's tests/quant.py): s = amax / 448 (float32 arithmetic), then the smallest
+    power of two >= max(s, 1e-4), found exactly with frexp (the bridge follows FlashMLA's float32
+    log2; the two agree except within a float32 ulp above a power of two); code = e4m3(v / s).
     """
     assert len(values) == 576
     codes: List[int] = []
@@ -71,8 +73,16 @@ def pack_row(values: Sequence[float]) -> bytes:
     for tile in range(4):
         chunk = [float(v) for v in values[tile * 128:(tile + 1) * 128]]
         amax = max(abs(v) for v in chunk)
-        raw = float(np.float32(amax) / np.float32(FP8_MAX))
-        raw = max(raw, float(np.float32(1e-4)))
+        raw = np.float32(amax) / np.float32(FP8_MAX)
+        if scale_mode == "sglang":
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                inv = np.float32(1.0) / raw
+                products = [np.float32(v) * inv for v in chunk]
+            scales.append(float(raw))
+            codes.extend(e4m3_encode(-FP8_MAX if math.isnan(p) else max(-FP8_MAX, min(FP8_MAX, float(p))))
+                         for p in products)
+            continue
+        raw = max(float(raw), float(np.float32(1e-4)))
         mant, exp = math.frexp(raw)       # raw = mant * 2**exp, 0.5 <= mant < 1
         scale = 2.0 ** (exp - 1) if mant == 0.5 else 2.0 ** exp
         scales.append(scale)
@@ -82,28 +92,41 @@ def pack_row(values: Sequence[float]) -> bytes:
 
 
 def unpack_row(row: bytes) -> Tuple[List[float], List[float]]:
-    """Read a 656-byte row: (576 dequantized values as float64, the 4 scales)."""
+    """Read a 656-byte row: (576 dequantized values as float64, the 4 scales): each NoPE value
+    is bf16(float32(code) * scale), rounded here by hand."""
     assert len(row) == 656
     scales = list(struct.unpack("<4f", row[512:528]))
-    nope = [e4m3_value(row[i]) * scales[i // 128] for i in range(512)]
+    nope = [bf16_round(float(np.float32(e4m3_value(row[i])) * np.float32(scales[i // 128])))
+            for i in range(512)]
     rope = [struct.unpack("<f", struct.pack("<I", h << 16))[0]
             for h in struct.unpack("<64H", row[528:656])]
     return nope + rope, scales
 
 
+def bf16_round(value: float) -> float:
+    """A float32 value rounded to bf16, to nearest, ties to even (NaN stays NaN)."""
+    if math.isnan(value):
+        return value
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
 def dequantize_rows_np(rows: np.ndarray) -> np.ndarray:
-    """uint8 [n, 656] -> float64 [n, 576], vectorised over rows with numpy only."""
-    table = e4m3_table()
+    """uint8 [n, 656] -> float64 [n, 576], vectorised over rows with numpy only: the NoPE values
+    are float32(code) * float32(scale), rounded to bf16 (to nearest even) with integer arithmetic
+    on their float32 bits."""
+    table = e4m3_table().astype(np.float32)
     codes = table[rows[:, :512]]
-    scales = rows[:, 512:528].copy().view("<f4").astype(np.float64)      # [n, 4]
-    nope = codes * np.repeat(scales, 128, axis=1)
+    scales = rows[:, 512:528].copy().view("<f4")      # [n, 4]
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = (codes * np.repeat(scales, 128, axis=1)).astype(np.float32)
+    bits = products.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    nope = np.where(np.isnan(products), products, rounded).astype(np.float64)
     rope_bits = rows[:, 528:656].copy().view("<u2").astype(np.uint32) << 16
     rope = rope_bits.view("<f4").astype(np.float64)
-    out = np.concatenate([nope, rope], axis=1)
-    # An e4m3 value times a power of two is bf16-exact unless it overflows bf16, which then
-    # gives inf: only that case of the final bf16 rounding needs mirroring.
-    bf16_max = float(torch.finfo(torch.bfloat16).max)
-    return np.where(np.abs(out) > bf16_max, np.copysign(np.inf, out), out)
+    return np.concatenate([nope, rope], axis=1)
 
 
 # ---- attention, one query at a time in float64 -----------------------------------------------

@@ -49,8 +49,10 @@ _V4 = {"sliding_window": 128, "index_head_dim": 128, "num_hidden_layers": 4}
 # DeepseekV3Config, V4.1's with its own DeepseekV41Config from 0.5.21; MiniMax-M3's text model
 # under a model_type transformers knows)
 RAW = {
+    "DeepseekV4ForCausalLM": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+                              "compress_ratios": [0, 4, 128, 4], **_V4},
     **{arch: {"architectures": [arch], "model_type": "deepseek_v4", "compress_ratios": [0, 4, 128, 4], **_V4}
-       for arch in ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")},
+       for arch in ("DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")},
     "DeepseekV41ForCausalLM": {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
                                "compress_ratios": [1, 2, 4, 128], **_V4},
     "MiniMaxM3SparseForCausalLM": {

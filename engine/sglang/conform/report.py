@@ -24,16 +24,28 @@ def sides(policy, decision, result) -> tuple[dict, dict]:
     prefill and decode backends, the other fields the policy decides (`values`: those the driver
     read back, Case.reads) and the log."""
     b = decision.backends
+    # SGLang's prefill and decode backends: a DSA policy's are SGLang's DSA fields (Result.backends);
+    # a family whose prefill and decode phases are other fields (MiniMax-M3: prefill_attention_backend,
+    # decode_attention_backend) is compared on those, read back with the rest (Case.reads); a family
+    # with neither (DeepSeek-V4) compares its phases among the values
+    own = "dsa" in policy.models or any(ph in policy.phases for ph in ("prefill", "decode"))
     compared = {"kv_cache_dtype"} | {policy.phases[ph].input for ph in ("prefill", "decode") if ph in policy.phases}
-    theirs_values = tuple((f, v) for f, v in result.values if f not in compared)
+    # an input the decision leaves unset is SGLang's own default there (chunked_prefill_size: the
+    # GPU's), which the policy does not model: not compared
+    theirs_values = tuple((f, v) for f, v in result.values
+                          if f not in compared and decision.config.get(f) is not None)
+    read = dict(result.values)
+    their_backends = tuple(
+        read[policy.phases[ph].input] if ph in policy.phases and policy.phases[ph].input in read else found
+        for ph, found in zip(("prefill", "decode"), result.backends)) if own else ()
     ours = {"ok": decision.ok, "message": decision.error, "kv_cache_dtype": decision.config.get("kv_cache_dtype"),
-            "backends": (b.get("prefill"), b.get("decode")), "log": tuple(decision.log),
+            "backends": (b.get("prefill"), b.get("decode")) if own else (), "log": tuple(decision.log),
             "values": tuple((f, decision.config.get(f)) for f, _ in theirs_values)}
     if not decision.ok:
         first = decision.violations[0]
         ours["check"], ours["exception"] = first.check, first.raises
     theirs = {"ok": result.ok, "message": result.message, "kv_cache_dtype": result.kv_cache_dtype,
-              "backends": tuple(result.backends), "log": tuple(result.log), "where": result.where,
+              "backends": their_backends, "log": tuple(result.log), "where": result.where,
               "stage": result.stage, "exception": result.error_type, "values": theirs_values}
     return ours, theirs
 
@@ -97,6 +109,14 @@ def group_key(fields: list[str], ours: dict, theirs: dict) -> tuple:
     return tuple(parts)
 
 
+def _field(part: str) -> str:
+    """The compared field a part of a group key is about: its own name, or backends for a phase
+    (prefill, decode), or values for another field the policy decides (page_size, ...)."""
+    if part in FIELDS:
+        return part
+    return "backends" if part in ("prefill", "decode") else "values"
+
+
 def describe(key: tuple) -> str:
     words = []
     for part in key:
@@ -118,7 +138,8 @@ def _example(names, combo, case, ours, theirs) -> dict:
         out = {"ok": s["ok"]}
         if s["ok"]:
             out["kv_cache_dtype"] = s["kv_cache_dtype"]
-            out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
+            if s["backends"]:  # a DSA policy's (another class's phases are among the values)
+                out["backends"] = {"prefill": s["backends"][0], "decode": s["backends"][1]}
             if s["values"]:
                 out["values"] = dict(s["values"])
         else:
@@ -197,8 +218,7 @@ def compare(policy, configs: list[dict], cases: list, results: list, sampled: bo
         if key[0] == "out_of_scope":
             out_of_scope.append(dict(group, at=key[1], why=key[2]))
         else:
-            groups.append(dict(group, change=describe(key[1:]), fields=[p[0] if p[0] in FIELDS else "backends"
-                                                                          for p in key[1:]]))
+            groups.append(dict(group, change=describe(key[1:]), fields=[_field(p[0]) for p in key[1:]]))
     return {"total": len(configs), "counts": counts, "fields": fields, "conformant": counts["differ"] == 0,
             "groups": groups, "out_of_scope": out_of_scope}
 
