@@ -1,5 +1,7 @@
 """Driver for the SGLang releases before the resolution pipeline (0.5.11 to 0.5.14): runs the
 release's own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+A case of another model class (DeepSeek-V4, MiniMax-M3) runs the whole start-up instead (`launch`):
+its routing is spread over `__post_init__`.
 
 The releases differ in names, which a driver module gives as `Names`: 0.5.11 to 0.5.12.post1 keep
 the backends in `nsa_prefill_backend` / `nsa_decode_backend` and route in
