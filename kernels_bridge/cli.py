@@ -246,6 +246,8 @@ def _attend_trace(policy, config: dict, ns) -> int:
 
     if ns.compare:
         raise UsageError("hisparse attend: --trace replays one trace; leave out --compare")
+    if ns.draft_tokens not in (0, 2, 3, 4):
+        raise UsageError(f"hisparse attend: --draft-tokens {ns.draft_tokens}: 2, 3 or 4 (SGLang's speculative hot buffer)")
     own_top_k = _given(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
     buffer_size = _given(policy, config, "hisparse_device_buffer_size",
                          getattr(ns, "hisparse_device_buffer_size", None))

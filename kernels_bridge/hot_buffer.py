@@ -14,7 +14,10 @@ coordinator (``srt/managers/hisparse_coordinator.py``) and kernel (``hisparse.cu
 of 0.5.21 and later, or "0.5.12", up to 0.5.20), and its admission (``admission``: "normal",
 after the request's own prefill, warm; or "disaggregated", a decode node's, cold). They are held
 step for step to an independent transcription of SGLang's kernel and coordinator
-(``tests/oracles/sglang_hisparse.py``).
+(``tests/oracles/sglang_hisparse.py``). With ``draft_tokens`` (speculative decoding, MTP / EAGLE)
+every translate is a target verify through SGLang 0.5.23's CLOCK kernel instead
+(``hot_buffer_spec``; transcribed in ``tests/oracles/sglang_hisparse_spec.py``), and each request
+owns scratch rows after its slots.
 
 Layout, ``R`` = num_requests, ``S`` = max_seq_len, ``B`` = buffer_size, ``P`` = page_size:
 ``host_pool`` ``[R, S, *row]`` on the CPU (pinned when the buffer is on CUDA): row ``[r, p]`` is the
@@ -368,6 +371,11 @@ class HotBuffer:
                 otherwise ``0 <= position < seq_len``; ``top_k <= buffer_size``.
             Any integer dtype, on the CPU or the buffer's device.
 
+        With ``draft_tokens`` N (speculative decoding, ``hot_buffer_spec``): ``seq_lens`` are the
+        committed lengths L (a request's first translate admits it with a prefill of L tokens, each
+        later one grows it by the drafts its last step accepted, 1..N), ``positions`` is ``[n, N,
+        top_k]``, draft i's positions below L + i + 1, and the result is ``[n, N, top_k]``.
+
         Returns:
             int32 ``[n, top_k]`` on the buffer's device: the row of :attr:`buffer` holding each
             position, ``-1`` for padding and for the entries SGLang's kernel does not serve.
@@ -417,9 +425,9 @@ class HotBuffer:
     def _translate_spec(self, req_ids, seq_lens, positions) -> torch.Tensor:
         """A speculative step (hot_buffer_spec): checked, then run request by request."""
         sp = self._spec
-        rid, lens = check_ids_lens(req_ids, seq_lens, num_requests=sp.R, max_seq_len=sp.S, last_lens=sp.seq_len,
-                                   device=torch.device("cpu"))
-        pos = check_spec_batch(req_ids, seq_lens, positions, sp, rid, lens)
+        rid, lens = check_ids_lens(req_ids, seq_lens, num_requests=sp.R, max_seq_len=sp.S,
+                                   last_lens=sp.seq_len.to(self.device), device=self.device)
+        pos = check_spec_batch(req_ids, seq_lens, positions, sp, rid.cpu(), lens.cpu())
         p = spec_step(sp, rid, lens, pos, self._admission)
         self._move(p.moves_src, p.moves_dst)
         self._move(p.src, p.dst)

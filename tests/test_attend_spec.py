@@ -134,3 +134,8 @@ def test_a_trace_too_narrow_for_drafts_is_named(capsys, tmp_path):
     code, out, err = run_cli(capsys, "attend", "--trace", str(path), "--draft-tokens", "2", "--no-kernel",
                              "--hisparse-device-buffer-size", "1024")
     assert code == 2 and f"{path}: top_k: got 2; expected an int >= 1024" in err, err
+
+
+def test_a_trace_with_an_unsupported_draft_count_is_refused_first(capsys):
+    code, out, err = run_cli(capsys, "attend", "--trace", EXAMPLE, "--draft-tokens", "5")
+    assert code == 2 and "--draft-tokens 5: 2, 3 or 4" in err, err
