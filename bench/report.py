@@ -203,7 +203,21 @@ def _kernels_note(k: dict, span, missed: list) -> str:
   ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
   {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
   (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one.""") + _decode_miss(k, missed))
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""
+  + _passes_note(dq)) + _decode_miss(k, missed))
+
+
+def _passes_note(dq: dict) -> str:
+    """The dequantisation's bound from its passes alone, where the results hold it."""
+    c = dq.get("chunk_passes")
+    if not c:
+        return ""
+    return (f""" Timed alone on one {c['rows']}-row chunk with its data in the cache, those passes take
+  {c['passes_total_us']:g} us ({', '.join(f'{k.replace("_", " ")} {v:g}' for k, v in c['passes_us'].items())}) against
+  {c['convert_us']:g} us for the conversion of the same rows: {c['bound']:g} before any per-call cost or cache miss. The
+  float32 product is the definition (bf16(float32(code) * scale), bit for bit), and torch's fused
+  mixed-dtype forms of these passes (int8 times an int16 factor, float16 times float32, a float32
+  product written as bf16) measured slower than the separate passes.""")
 
 
 def _decode_miss(k: dict, missed: list) -> str:
