@@ -1,7 +1,8 @@
 """An independent transcription of SGLang 0.5.23's speculative HiSparse swap-in: the two CUDA
 kernels of `kernels/jit/csrc/kvcacheio/hisparse_spec.cuh`
 (`load_cache_to_device_buffer_spec_gather_kernel`, `load_cache_to_device_buffer_spec_commit_kernel`;
-the file is the same from 0.5.19 to 0.5.23) and the coordinator code around them
+the file is the same from 0.5.19 to 0.5.23, and the coordinator calls it from 0.5.22, whose
+`HiSparseSpecSwapManager` is 0.5.23's) and the coordinator code around them
 (`srt/managers/hisparse_coordinator.py`: `HiSparseSpecSwapManager.reset`, `invalidate_cache`,
 `prepare_verify`, `commit_accept_tokens`, `swap_in`; `alloc_device_buffer`,
 `admit_request_direct`, `request_finished`), written from SGLang's source, not from
