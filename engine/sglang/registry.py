@@ -141,9 +141,11 @@ class Routing:
 
 ROUTING = {
     "dsv4": Routing((
-        "handle_deprecated_args",  # --attention-backend compressed -> dsv4
+        "handle_deprecated_args", "_handle_deprecated_args",  # --attention-backend compressed -> dsv4 (0.5.19+ / before)
         "_deepseek_v4_kv_cache_dtype", "apply_deepseek_v4_defaults", "validate_deepseek_v41_features",
         "validate_deepseek_v4_cp", "context_parallel_attn_dp_size", "_mla_backend_page_constraints",
+        # the page constraints before 0.5.15 (inline; also the FA3 FP8 fallback and FA4 page lines there)
+        "_handle_attention_backend_compatibility",
         "validate_hisparse", "validate_hisparse_dsa_backend", "validate_hisparse_kv_cache_dtype",
         "validate_hisparse_feature_combos", "_hisparse_validation", "_parse_sparse_config",
         "print_deprecated_warning"), deprecated=("--enable-dp-attention",)),
