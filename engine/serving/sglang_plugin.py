@@ -20,6 +20,9 @@ from __future__ import annotations
 import os
 import sys
 
+from engine.errors import EngineError
+
+
 def register() -> None:
     """SGLang's plugin entry point."""
     if "HISPARSE_POLICY" not in os.environ:
@@ -143,7 +146,7 @@ def _record_file() -> str | None:
     return path
 
 
-class SGLangImportFailed(Exception):
+class SGLangImportFailed(EngineError):
     """Importing an SGLang module raised: SGLang's own environment is broken (a package it imports
     is missing or fails), which says nothing about where its routing lives."""
 

@@ -147,7 +147,7 @@ FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_05
 BY_NAME = {f.name: f for f in FAMILIES}
 
 # -- DeepSeek-V4 (engine/sglang/dsv4_hooks.py) ------------------------------------------------------
-KV_PASS, ATTENTION_DEFAULT, CHECK_ONLY = "kv_pass", "attention_default", "check_only"
+KV_PASS, ATTENTION_DEFAULT = "kv_pass", "attention_default"
 _V4_PASS = "sglang.srt.arg_groups.overrides._deepseek_v4_kv_cache_dtype"
 _V4_HOOK = "sglang.srt.arg_groups.deepseek_v4_hook"
 _PIPELINE_READS = Reads("model_config_of", "get_platform")

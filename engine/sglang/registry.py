@@ -218,10 +218,6 @@ def release(version: str) -> Release | None:
     return known[-1] if known else None
 
 
-def is_known(version: str) -> bool:
-    return version in BY_VERSION
-
-
 def is_newer(version: str) -> bool:
     """After every release the table lists."""
     key = version_key(version)
@@ -242,10 +238,6 @@ def installed_release() -> str | None:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
-
-
-def dsa_since(architecture: str) -> str | None:
-    return DSA_SINCE.get(architecture)
 
 
 def main(argv: list[str]) -> int:

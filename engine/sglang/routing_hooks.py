@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from engine.errors import EngineError
 from engine.language.interpreter import Part
 from engine.sglang import facts
 from engine.sglang.server_args import attr_names, raise_refusal
@@ -68,7 +69,7 @@ def record_of(view):
     return object.__getattribute__(view, "_server_args")
 
 
-class Unmodelled(Exception):
+class Unmodelled(EngineError):
     """A value of the call lies outside the policy's domain (a platform or backend it does not
     declare): the policy cannot answer, SGLang's own function does."""
 
