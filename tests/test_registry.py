@@ -59,7 +59,7 @@ def test_every_shipped_family_routes_classes_the_registry_names():
     """A policy's `models:` are model classes of the registry, and every architecture the registry
     reads is of one of those classes: a family for a class nobody can pick would route nothing."""
     import engine
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     assert set(a.model_class for a in registry.ARCHITECTURES.values()) <= set(registry.MODEL_CLASSES)
     routed = set()

@@ -42,6 +42,8 @@ _C = "engine.sglang.conform."
 # dtype is inline (0.5.12-0.5.14: checked only), the KV-dtype pass, and from 0.5.23 what auto becomes
 _V4_CHECKED, _V4_METHODS, _V4_PASS, _V4_AUTO = ({"dsv4": name} for name in (
     "v4-checked", "v4-pass-methods", "v4-pass", "v4-auto"))
+# and from 0.5.21 (HiSparse serves MiniMax-M3) the MiniMax-M3 provider
+_M3 = {"minimax_m3": "m3-provider"}
 # oldest first; .post releases on their own rows (PyPI publishes them as releases)
 RELEASES = (
     Release("0.5.11", "5.6.0", "nsa-methods-0511", _C + "sglang_0511"),
@@ -57,9 +59,9 @@ RELEASES = (
     Release("0.5.18", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
     Release("0.5.19", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
     Release("0.5.20", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_AUTO),
+    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_PASS, **_M3}),
+    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_PASS, **_M3}),
+    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_AUTO, **_M3}),
 )
 BY_VERSION = {r.version: r for r in RELEASES}
 # the release this project installs and tests first (`make install`; the conform extra's pins)
