@@ -281,3 +281,27 @@ def headline() -> str:
                   f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
                   "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)
+
+
+def plugin_startup() -> str:
+    """The SGLang plugin's start-up cost beside SGLang alone (bench/results/plugin.json), for
+    docs/plugin.md."""
+    r = _load("plugin")
+    s = r and r["figures"].get("startup")
+    if not s:
+        return "Not measured yet (`python -m bench --only plugin`)."
+    rows = ["| model | SGLang alone | the plugin installed, inert | the plugin on every family | with / alone (median of pairs) |",
+            "|---|---:|---:|---:|---:|"]
+    for model, f in s["models"].items():
+        c = f["process_cpu_seconds"]
+        rows.append(f"| {model} | {c['sglang']:.2f} s | {c['inert']:.2f} s | {c['plugin']:.2f} s | "
+                    f"{f['cpu_ratio_median']['plugin']:.3f} |")
+    g, m = r["goals"]["startup_cpu_ratio"], r["machine"]
+    threads = ", ".join(f"{k}={v}" for k, v in s["thread_env"].items())
+    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
+    rows += ["", f"Process CPU time (user + system) of SGLang {s['release']}'s start-up up to its routing decision, "
+             f"median of {s['repeats']} runs of each form, run in alternation; with / alone over both models: "
+             f"{s['cpu_ratio_median']:.3f} (goal {g['goal']}: {'met' if g['met'] else '**not met**'}). "
+             f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {threads}; "
+             f"{r['date'][:10]}. How: bench/plugin_bench.py; every run's figures: bench/results/plugin.json."]
+    return "\n".join(rows)
