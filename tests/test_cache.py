@@ -227,9 +227,11 @@ HEAVY = ("yaml", "jsonschema", "torch", "sglang", "engine.language.compiler", "d
      "--hisparse-config", '{"top_k": 2048, "device_buffer_size": 4096}'],
 ])
 def test_hisparse_evaluate_on_a_warm_cache_imports_nothing_heavy(folder, argv):
-    """`hisparse evaluate` of the default policy (dsa-backends@10) with its entry written: no
-    PyYAML, jsonschema, torch, SGLang, bulk evaluator or dataclasses in the process."""
-    _fresh_load("dsa-backends")  # writes the entry
+    """`hisparse evaluate` of the default policy (dsa-backends@10) with the entries written of the
+    policies it loads (the newest version of every family: engine/policy/sets.py): no PyYAML,
+    jsonschema, torch, SGLang, bulk evaluator or dataclasses in the process."""
+    for family in engine.list_families():
+        _fresh_load(family)  # writes the entry
     probe = ("import sys; from kernels_bridge.cli import main\n"
              f"try:\n    code = main(['evaluate'] + {argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
              f"print('IMPORTED', code, sorted(m for m in {HEAVY!r} if m in sys.modules))")
