@@ -15,6 +15,9 @@ SGLang, 0.5.23 with `make install`):
   imports the plugin), with the engine's policy cache in a folder of their own, warmed by one
   run of each form first (what every launch after the first one on a machine finds). Both forms
   must reach the same routing, and the plugin's run must say it decided. Goal: at most 1.05.
+  Beside it, the plugin's marginal CPU in one process (bench/plugin_marginal.py: SGLang's start-up
+  alone, then the plugin loaded and the start-up routed by it), a figure far less noisy than the
+  difference of two processes on a loaded machine: its share of SGLang's start-up alone.
 - SGLang's own unit tests of the functions the plugin replaces (tests/sglang_own_runner.py on the
   folder HISPARSE_SGLANG_TESTS names, else ../shared/sglang-tests): the suite's time without the
   plugin and with it on the shipped policy, each run a fresh process, in alternation; the figure is
@@ -214,8 +217,44 @@ def startup(quick: bool, repeats: int | None = None) -> tuple[dict, dict, list]:
     return figures, goals, []
 
 
+MARGINAL = os.path.join(ROOT, "bench", "plugin_marginal.py")
+
+
+def marginal(quick: bool, repeats: int | None = None) -> dict:
+    """The plugin's marginal CPU in one process (bench/plugin_marginal.py), per model: medians of
+    `repeats` children, and its share of SGLang's start-up alone."""
+    repeats = repeats or (2 if quick else 5)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="hisparse-plugin-bench-") as tmp:
+        from engine.sglang.conform.model_folders import ModelFolders
+
+        folders = ModelFolders(os.path.join(tmp, "models"))
+        os.makedirs(folders.root)
+        env = _startup_env("sglang", os.path.join(tmp, "cache"))
+        for model, (architecture, args) in LAUNCHES.items():
+            argv = ["--model-path", folders.path(architecture), *args]
+            runs = []
+            for k in range(repeats + 1):  # the first fills the policy cache
+                proc = subprocess.run([sys.executable, MARGINAL, *argv], cwd=ROOT, env=env, capture_output=True,
+                                      text=True)
+                lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+                if proc.returncode != 0 or not lines:
+                    raise RuntimeError(f"the marginal child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+                if k:
+                    runs.append(json.loads(lines[-1]))
+            median = statistics.median
+            out[model] = {key: round(median(r[key] for r in runs), 4)
+                          for key in ("alone", "warm_alone", "load_plugins", "warm_hooked", "marginal")}
+            out[model]["share"] = round(median(r["marginal"] / r["alone"] for r in runs), 4)
+            out[model]["plugin_line"] = runs[0]["decided"]
+    return {"repeats": repeats, "models": out,
+            "share_median": round(statistics.median(m["share"] for m in out.values()), 4)}
+
+
 def run(quick: bool) -> str:
     figures, goals, notes = startup(quick)
+    if figures:
+        figures["startup"]["marginal"] = marginal(quick)
     more = own_tests(quick)
     figures.update(more[0])
     goals.update(more[1])
