@@ -110,8 +110,33 @@ def dequant(quick: bool) -> tuple[dict, dict]:
     return ({"modes": modes, "sizes": list(sizes), "output": f"bf16 [n, {D_QK}], preallocated",
              "baseline": "uint8 -> bf16 conversion of 576 bytes a row into the same [n, 576] bf16 output",
              # what the table look-up replaces: torch's own float8_e4m3fn -> float32 conversion
-             "fp8_cast_ns_per_element": round(cast / probe.numel() * 1e9, 2)},
+             "fp8_cast_ns_per_element": round(cast / probe.numel() * 1e9, 2),
+             "chunk_passes": _chunk_passes(g, quick)},
             {"dequant_vs_convert": goal(worst, 0.25, "min")})
+
+
+def _chunk_passes(g, quick: bool) -> dict:
+    """The half-precision path's passes over one chunk of rows (fp8_unpack.CHUNK_ROWS), each timed
+    alone with its data in the cache, against the baseline's one pass over the same rows: the
+    ratio the passes alone allow, before any per-call cost or cache miss."""
+    from kernels_bridge.fp8_unpack import CHUNK_ROWS, _SIGN_AND_MAGNITUDE, _TO_HALF
+    from kernels_bridge.layout import D_NOPE, D_QK, NUM_TILES, TILE
+
+    m = CHUNK_ROWS
+    raw = torch.randint(0, 120, (m, D_QK + 80), dtype=torch.uint8, generator=g)
+    signed, factors = raw[:, :D_NOPE].view(torch.int8), torch.rand(m, NUM_TILES, generator=g)
+    half, values = torch.empty(m, D_NOPE, dtype=torch.int16), torch.empty(m, D_NOPE, dtype=torch.float32)
+    out, converted = torch.empty(m, D_QK, dtype=torch.bfloat16), torch.empty(m, D_QK, dtype=torch.bfloat16)
+    passes = {"widen": lambda: half.copy_(signed), "shift": lambda: half.mul_(_TO_HALF),
+              "mask": lambda: half.bitwise_and_(_SIGN_AND_MAGNITUDE),
+              "to_float32": lambda: values.copy_(half.view(torch.float16)),
+              "scale": lambda: values.view(m, NUM_TILES, TILE).mul_(factors.view(m, NUM_TILES, 1)),
+              "round_to_bf16": lambda: out[:, :D_NOPE].copy_(values)}
+    t = interleaved({**passes, "convert": lambda: converted.copy_(raw[:, :D_QK])}, 50 if quick else 400)
+    total = sum(t[name] for name in passes)
+    return {"rows": m, "passes_us": {name: round(t[name] * 1e6, 2) for name in passes},
+            "passes_total_us": round(total * 1e6, 2), "convert_us": round(t["convert"] * 1e6, 2),
+            "bound": round(t["convert"] / total, 3)}
 
 
 def _dequant_point(n: int, mode: str, g, quick: bool) -> dict:

@@ -59,6 +59,8 @@ def _suite_run(folder: str, policy: str | None) -> tuple[float, float, dict]:
         del env[key]
     if policy:
         env["HISPARSE_POLICY"] = policy
+    # SGLang's test modules and its plugin-loader conftest import by their folder's names
+    env["PYTHONPATH"] = os.pathsep.join([folder, os.path.dirname(folder)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)

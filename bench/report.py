@@ -203,7 +203,21 @@ def _kernels_note(k: dict, span, missed: list) -> str:
   ({sg['curve'][-1]['bytes_written'] / 1e6:.0f} MB written) cost more than the work: the ratio there is
   {sg['curve'][-1]['fresh_ratio']}, a size artefact, not a speed. Latency grows linearly with top-k
   (`bench/results/kernels_latency_vs_topk.png`) and batch (`kernels_gflops_vs_batch.png`).""" + ("" if "dequant_vs_convert" not in missed else f""" **Missed**
-  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one.""") + _decode_miss(k, missed))
+  (goal {k_goals['dequant_vs_convert']['goal']}, at {k_goals['dequant_vs_convert']['value']:g}): the passes above against the conversion's one."""
+  + _passes_note(dq)) + _decode_miss(k, missed))
+
+
+def _passes_note(dq: dict) -> str:
+    """The dequantisation's bound from its passes alone, where the results hold it."""
+    c = dq.get("chunk_passes")
+    if not c:
+        return ""
+    return (f""" Timed alone on one {c['rows']}-row chunk with its data in the cache, those passes take
+  {c['passes_total_us']:g} us ({', '.join(f'{k.replace("_", " ")} {v:g}' for k, v in c['passes_us'].items())}) against
+  {c['convert_us']:g} us for the conversion of the same rows: {c['bound']:g} before any per-call cost or cache miss. The
+  float32 product is the definition (bf16(float32(code) * scale), bit for bit), and torch's fused
+  mixed-dtype forms of these passes (int8 times an int16 factor, float16 times float32, a float32
+  product written as bf16) measured slower than the separate passes.""")
 
 
 def _decode_miss(k: dict, missed: list) -> str:
@@ -233,9 +247,16 @@ def _hot_buffer_note(h_goals: dict, h: dict, missed: list) -> str:
   step; the ratio is the median of the steps' ratios. The bookkeeping is whole-batch tensor passes
   over int32 values, masks as arithmetic (a select a multiplication, a sign test a shift).""")
     if "translate_vs_copy_floor" in missed:
-        hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): besides the copy,
-  a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and on the bookkeeping: SGLang's LRU order
-  re-ranks every slot of every request each step, some 50 whole-batch passes over [requests, buffer] tensors.""")
+        split = (f"of its {fp8['translate_ms']} ms, {fp8['copy_in_translate_ms']} ms is its own row copy and "
+                 f"{fp8['bookkeeping_ms']} ms the bookkeeping, where 1.5x leaves the bookkeeping at most half the floor, "
+                 f"{fp8['floor_ms'] / 2:.1f} ms" if "bookkeeping_ms" in fp8 else
+                 f"besides the copy, a step spends {fp8['translate_ms'] - fp8['floor_ms']:.1f} ms checking the top-k and "
+                 f"on the bookkeeping")
+        hot += (f""" **Missed** (goal {h_goals['translate_vs_copy_floor']['goal']}, by {fp8['ratio'] / 1.5 - 1:.0%}): {split}.
+  SGLang's LRU order re-ranks every slot of every request each step: the kernel's hash of the top-k,
+  a look-up of every slot, the new order and the misses' places are some 50 whole-batch passes over
+  [requests, buffer] and [requests, top-k] tensors, each at memory speed already; halving them needs
+  fewer passes, not faster ones.""")
     return hot
 
 

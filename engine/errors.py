@@ -111,8 +111,10 @@ class EngineError(Exception):
     them (tests/test_error_hierarchy.py keeps it so). HisparseError and its subclasses carry
     problems; the rest carry a message and keep the builtin base callers catch them by
     (TemplateSyntaxError and UnknownVersion are ValueErrors, WorkerCrashed and DriverError
-    RuntimeErrors). The CLI's exit code is chosen per class, not by this root. One class stays
-    outside: conform's startup.ParserError is a SystemExit, as argparse's own exit is."""
+    RuntimeErrors). The CLI's exit code is chosen per class, not by this root. Two classes stay
+    outside, so that SGLang's own `except Exception` lets them through when its code runs
+    in-process: conform's startup.ParserError (a SystemExit, as argparse's own exit is) and
+    runner._Alarm (an in-process case's timer)."""
 
 
 class HisparseError(EngineError):

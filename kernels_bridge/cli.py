@@ -55,7 +55,7 @@ def cmd_attend(argv) -> int:
     # every argument is checked before torch is imported: a mistake is answered at once
     work = Workload(ns.requests, ns.context, ns.heads, top_k, buffer_size, ns.steps, ns.locality, ns.seed,
                     ns.provider, ns.device, admission=ns.admission, release=ns.kernel_release,
-                    kernel=not ns.no_kernel)
+                    kernel=not ns.no_kernel, draft_tokens=ns.draft_tokens)
     return _attend_run(ns, work, decisions)
 
 
@@ -113,6 +113,10 @@ def _hot_buffer_options(w) -> None:
     w.add_argument("--kernel-release", choices=RELEASES, default=RELEASES[0],
                    help="SGLang's swap-in kernel: 0.5.23 (0.5.21 and later; the default) or 0.5.12 (up to 0.5.20, "
                         "which counts and copies top-k - hits - newest rows)")
+    w.add_argument("--draft-tokens", type=int_arg, default=0, metavar="N",
+                   help="speculative decoding (MTP / EAGLE) with N = 2..4 draft tokens: every step verifies N "
+                        "drafts through SGLang 0.5.23's CLOCK kernel (hisparse_spec.cuh), each with its own top-k "
+                        "(at least 1024; N x top-k at most 8192); books only (--no-kernel or --trace)")
     w.add_argument("--no-kernel", action="store_true",
                    help="the hot buffer's books alone: no KV built, no kernel, no accuracy (fast at any size)")
     w.add_argument("--trace", metavar="FILE",
@@ -242,6 +246,8 @@ def _attend_trace(policy, config: dict, ns) -> int:
 
     if ns.compare:
         raise UsageError("hisparse attend: --trace replays one trace; leave out --compare")
+    if ns.draft_tokens not in (0, 2, 3, 4):
+        raise UsageError(f"hisparse attend: --draft-tokens {ns.draft_tokens}: 2, 3 or 4 (SGLang's speculative hot buffer)")
     own_top_k = _given(policy, config, "hisparse_top_k", getattr(ns, "hisparse_top_k", None))
     buffer_size = _given(policy, config, "hisparse_device_buffer_size",
                          getattr(ns, "hisparse_device_buffer_size", None))
@@ -255,7 +261,7 @@ def _attend_trace(policy, config: dict, ns) -> int:
     from kernels_bridge.trace_replay import replay
 
     try:
-        info = scan(ns.trace, own_top_k)
+        info = scan(ns.trace, own_top_k, draft_tokens=ns.draft_tokens)
         buffer_size = 2 * info.top_k if buffer_size is None else buffer_size
         if buffer_size < info.top_k or buffer_size % 64:
             raise UsageError(f"hisparse attend: --hisparse-device-buffer-size {buffer_size}: a multiple of 64 "
@@ -265,7 +271,8 @@ def _attend_trace(policy, config: dict, ns) -> int:
             return decisions
         progress = Progress("step", info.steps, delay=0.0)
         report = replay(next(iter(decisions.values())), info, buffer_size, admission=ns.admission,
-                        release=ns.kernel_release, device=ns.device, max_bytes=max_bytes, progress=progress)
+                        release=ns.kernel_release, device=ns.device, max_bytes=max_bytes, progress=progress,
+                        draft_tokens=ns.draft_tokens)
     except BridgeError as exc:
         print(f"hisparse attend: {exc}", file=sys.stderr)
         return ERROR

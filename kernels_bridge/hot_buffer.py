@@ -14,7 +14,10 @@ coordinator (``srt/managers/hisparse_coordinator.py``) and kernel (``hisparse.cu
 of 0.5.21 and later, or "0.5.12", up to 0.5.20), and its admission (``admission``: "normal",
 after the request's own prefill, warm; or "disaggregated", a decode node's, cold). They are held
 step for step to an independent transcription of SGLang's kernel and coordinator
-(``tests/oracles/sglang_hisparse.py``).
+(``tests/oracles/sglang_hisparse.py``). With ``draft_tokens`` (speculative decoding, MTP / EAGLE)
+every translate is a target verify through SGLang 0.5.23's CLOCK kernel instead
+(``hot_buffer_spec``; transcribed in ``tests/oracles/sglang_hisparse_spec.py``), and each request
+owns scratch rows after its slots.
 
 Layout, ``R`` = num_requests, ``S`` = max_seq_len, ``B`` = buffer_size, ``P`` = page_size:
 ``host_pool`` ``[R, S, *row]`` on the CPU (pinned when the buffer is on CUDA): row ``[r, p]`` is the
@@ -38,10 +41,11 @@ import torch
 from kernels_bridge.errors import describe
 from kernels_bridge.hot_buffer_checks import (ADMISSIONS, RELEASES, ROW_BYTES, ROW_LAYOUTS, INT32_MAX,
                                               HotBufferError, check_batch, check_choice, check_host_pool,
-                                              check_max_bytes, check_req_ids, check_size)
+                                              check_ids_lens, check_max_bytes, check_req_ids, check_size)
 from kernels_bridge.hot_buffer_coordinator import admit_and_write
 from kernels_bridge.hot_buffer_kernel import long_pass, short_pass
 from kernels_bridge.hot_buffer_rows import RowCopier
+from kernels_bridge.hot_buffer_spec import SpecState, check_spec_batch, check_spec_sizes, spec_step
 from kernels_bridge.hot_buffer_state import State
 from kernels_bridge.layout import hot_buffer_bytes
 from kernels_bridge.resources import format_bytes, memory_budget, resolve_device
@@ -99,26 +103,32 @@ class HotBuffer:
         admission: ``"normal"`` (default) or ``"disaggregated"``: how a request's first
             translate admits it (``hot_buffer_coordinator``).
         release: ``"0.5.23"`` (default) or ``"0.5.12"``: which generation of SGLang's kernel.
+        draft_tokens: 0 (default) or 2..4: speculative decoding (MTP / EAGLE) with that many draft
+            tokens, SGLang 0.5.23's CLOCK kernel (``hot_buffer_spec``): every translate is then a
+            target verify, positions ``[n, draft_tokens, top_k]``; ``release`` must be "0.5.23".
+        top_k: the indexer's top-k, needed with ``draft_tokens`` (it sizes each request's scratch
+            rows); at least 1024 and ``draft_tokens * top_k <= 8192``, as SGLang requires.
     """
 
     def __init__(self, host_pool: torch.Tensor, buffer_size: int, device: Union[str, torch.device, None] = None,
                  page_size: int = 64, max_bytes: Optional[int] = None, *, admission: str = "normal",
-                 release: str = "0.5.23") -> None:
+                 release: str = "0.5.23", draft_tokens: int = 0, top_k: Optional[int] = None) -> None:
         row_shape, kind = check_host_pool(host_pool)
         num_requests, max_seq_len = int(host_pool.shape[0]), int(host_pool.shape[1])
         dev = self._setup(num_requests, max_seq_len, buffer_size, page_size, kind, device or host_pool.device,
-                          max_bytes, admission, release)
+                          max_bytes, admission, release, spec=(draft_tokens, top_k))
         if dev.type == "cuda" and not host_pool.is_pinned():
             host_pool = host_pool.pin_memory()
         self._host_pool = host_pool
-        self._buffer = torch.zeros((num_requests * self._state.W, *row_shape), dtype=host_pool.dtype, device=dev)
+        self._buffer = torch.zeros((num_requests * self.rows_per_request, *row_shape), dtype=host_pool.dtype,
+                                   device=dev)
         self._rows = RowCopier(host_pool.view(num_requests * max_seq_len, *row_shape), self._buffer)
 
     @classmethod
     def counting(cls, num_requests: int, max_seq_len: int, buffer_size: int, *, kv_format: str = "fp8",
                  device: Union[str, torch.device, None] = None, page_size: int = 64,
                  max_bytes: Optional[int] = None, admission: str = "normal",
-                 release: str = "0.5.23") -> "HotBuffer":
+                 release: str = "0.5.23", draft_tokens: int = 0, top_k: Optional[int] = None) -> "HotBuffer":
         """A HotBuffer that keeps SGLang's bookkeeping and statistics but no rows (no host pool,
         no buffer: :attr:`buffer` is None): what `hisparse attend --trace --no-kernel` runs.
         kv_format "fp8" or "bf16" sets the bytes a copied row counts."""
@@ -126,12 +136,12 @@ class HotBuffer:
         self = cls.__new__(cls)
         num_requests, max_seq_len = check_size("num_requests", num_requests), check_size("max_seq_len", max_seq_len)
         self._setup(num_requests, max_seq_len, buffer_size, page_size, kind, device or "cpu", max_bytes,
-                    admission, release, rows=False)
+                    admission, release, rows=False, spec=(draft_tokens, top_k))
         self._host_pool = self._buffer = self._rows = None
         return self
 
     def _setup(self, num_requests, max_seq_len, buffer_size, page_size, kind, device, max_bytes, admission,
-               release, rows: bool = True) -> torch.device:
+               release, rows: bool = True, spec: tuple = (0, None)) -> torch.device:
         """Check the sizes and choices, refuse what the memory budget cannot hold, make the state."""
         buffer_size, page_size = check_size("buffer_size", buffer_size), check_size("page_size", page_size)
         if buffer_size % page_size:
@@ -140,6 +150,7 @@ class HotBuffer:
                                  argument="buffer_size")
         self._admission = check_choice("admission", admission, ADMISSIONS)
         self._release = check_choice("release", release, RELEASES)
+        self._draft_tokens, self._top_k = self._check_spec(spec, buffer_size, page_size, num_requests)
         dev = resolve_device(device, "device", HotBufferError)
         if num_requests * max_seq_len + buffer_size >= INT32_MAX:
             raise HotBufferError(f"host_pool: {num_requests} x {max_seq_len} positions; expected num_requests * "
@@ -151,23 +162,38 @@ class HotBuffer:
         check_max_bytes(max_bytes)
         self._kind, self._row_bytes = kind, ROW_BYTES[kind]
         need = hot_buffer_bytes(num_requests, max_seq_len, buffer_size, page_size,
-                                self._row_bytes if rows else 0, dev.type)
+                                self._row_bytes if rows else 0, dev.type, *spec)
         limit, source = (int(max_bytes), "max_bytes") if max_bytes is not None else memory_budget(dev)
         if need > limit:
             raise HotBufferError(f"buffer_size: {buffer_size} slots x {num_requests} requests need {format_bytes(need)} "
                                  f"on {dev} (buffer rows and translation state); the limit is "
                                  f"{format_bytes(limit)} ({source})", argument="buffer_size")
         self._state = State(num_requests, max_seq_len, buffer_size, page_size, dev, self._release)
+        self._spec = (SpecState(num_requests, max_seq_len, buffer_size, page_size, self._draft_tokens, self._top_k)
+                      if self._draft_tokens else None)
         self._stats = [0] * 7  # steps, lookups, hits, misses, rows copied, bytes copied, rows written
         return dev
 
+    def _check_spec(self, spec: tuple, buffer_size: int, page_size: int, num_requests: int) -> tuple:
+        """(draft_tokens, top_k): (0, None) without speculative decoding."""
+        draft_tokens, top_k = spec
+        if isinstance(draft_tokens, int) and not isinstance(draft_tokens, bool) and draft_tokens == 0:
+            if top_k is not None:
+                raise HotBufferError(f"top_k: got {top_k!r}; it sizes the speculative scratch and goes with "
+                                     f"draft_tokens 2..4", argument="top_k")
+            return 0, None
+        if self._release != "0.5.23":
+            raise HotBufferError(f"release: {self._release}; speculative decoding is modelled with SGLang "
+                                 f"0.5.23's CLOCK kernel (release \"0.5.23\")", argument="release")
+        return check_spec_sizes(draft_tokens, top_k, buffer_size, page_size, num_requests)
+
     @staticmethod
     def bytes_needed(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
-                     row_bytes: int, device=None) -> int:
-        """Bytes a HotBuffer of these sizes allocates on its device at most: the rows, the state,
-        a step's temporaries and the staging of a copy (row_bytes 0: a counting one)."""
+                     row_bytes: int, device=None, draft_tokens: int = 0, top_k: Optional[int] = None) -> int:
+        """Bytes a HotBuffer of these sizes allocates at most: the rows, the state, a step's
+        temporaries and the staging of a copy (row_bytes 0: a counting one)."""
         return hot_buffer_bytes(num_requests, max_seq_len, buffer_size, page_size, row_bytes,
-                                torch.device(device or "cpu").type)
+                                torch.device(device or "cpu").type, draft_tokens, top_k)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -205,8 +231,19 @@ class HotBuffer:
 
     @property
     def rows_per_request(self) -> int:
-        """``buffer_size + page_size``: the rows of one request's region."""
-        return self._state.W
+        """The rows of one request's region: ``buffer_size + page_size``, and with draft tokens its
+        scratch rows after them, padded to whole pages."""
+        return self._spec.RW if self._spec is not None else self._state.W
+
+    @property
+    def draft_tokens(self) -> int:
+        """0, or the draft tokens of every speculative step (2..4)."""
+        return self._draft_tokens
+
+    @property
+    def top_k(self) -> Optional[int]:
+        """The top-k of the speculative steps (None without draft tokens)."""
+        return self._top_k
 
     @property
     def row_bytes(self) -> int:
@@ -237,6 +274,8 @@ class HotBuffer:
     def allocated_bytes(self) -> int:
         """Bytes this HotBuffer holds on its device now: the rows, the state, the kept staging."""
         held = list(self._state.tensors().values())
+        if self._spec is not None:
+            held += list(self._spec.tensors().values())
         if self._buffer is not None:
             held.append(self._buffer)
         total = sum(t.numel() * t.element_size() for t in held)
@@ -263,9 +302,11 @@ class HotBuffer:
         return self._buffer.view(-1, 1, self._buffer.shape[-1])
 
     def slot_positions(self, req_id: int) -> torch.Tensor:
-        """int64 ``[buffer_size + 1]``: the position held by each LRU slot of ``req_id`` and, last,
-        by its reserved slot; -1 where empty. A copy."""
+        """int64 ``[buffer_size + 1]``: the position held by each LRU (or CLOCK) slot of ``req_id``
+        and, last, by its reserved slot; -1 where empty. A copy."""
         r, st = self._req(req_id), self._state
+        if self._spec is not None:
+            return self._spec.tokens[r, : st.B + 1].clone()
         rows = st.slot_rows(r)
         pos = torch.where(rows == st.empty, -1, rows - r * st.S)
         return torch.cat([pos, st.newest[r: r + 1]]).cpu()
@@ -273,7 +314,25 @@ class HotBuffer:
     def lru_order(self, req_id: int) -> torch.Tensor:
         """int64 ``[buffer_size]``: the LRU slots of ``req_id``, least- to most-recently used
         (eviction takes from the front). A copy."""
-        return self._state.lru(self._req(req_id)).to("cpu", copy=True)
+        r = self._req(req_id)
+        if self._spec is not None:
+            raise HotBufferError("lru_order: a speculative HotBuffer (draft_tokens) keeps a CLOCK, not an LRU "
+                                 "order; see clock_state()", argument="req_id")
+        return self._state.lru(r).to("cpu", copy=True)
+
+    def clock_state(self, req_id: int) -> dict:
+        """A speculative HotBuffer's CLOCK tables of ``req_id`` (copies): ``tokens`` int64 [B + P]
+        (the position each slot holds, -1 none; slots B+1.. hold the last step's drafts), ``rows``
+        int64 [B + P] (the buffer row of each slot: an admitted miss swaps rows with the scratch),
+        ``scratch`` int64 [C] (the scratch rows), ``ref`` int64 [B] (each slot's reference epoch),
+        ``epoch`` and ``cursor`` (ints)."""
+        r = self._req(req_id)
+        if self._spec is None:
+            raise HotBufferError("clock_state: this HotBuffer has no draft tokens; see lru_order()",
+                                 argument="req_id")
+        sp = self._spec
+        return {"tokens": sp.tokens[r].clone(), "rows": sp.locs[r].clone(), "scratch": sp.scratch[r].clone(),
+                "ref": sp.ref[r].clone(), "epoch": int(sp.epoch[r]), "cursor": int(sp.cursor[r])}
 
     # ------------------------------------------------------------------ lifecycle
     def free(self, req_ids: IntArg) -> None:
@@ -287,6 +346,8 @@ class HotBuffer:
         rid = check_req_ids(req_ids, self.num_requests)
         if rid.numel():
             self._state.forget(rid.to(self.device))
+            if self._spec is not None:
+                self._spec.forget(rid)
 
     def reset(self) -> None:
         """Free every request and zero the statistics."""
@@ -310,6 +371,11 @@ class HotBuffer:
                 otherwise ``0 <= position < seq_len``; ``top_k <= buffer_size``.
             Any integer dtype, on the CPU or the buffer's device.
 
+        With ``draft_tokens`` N (speculative decoding, ``hot_buffer_spec``): ``seq_lens`` are the
+        committed lengths L (a request's first translate admits it with a prefill of L tokens, each
+        later one grows it by the drafts its last step accepted, 1..N), ``positions`` is ``[n, N,
+        top_k]``, draft i's positions below L + i + 1, and the result is ``[n, N, top_k]``.
+
         Returns:
             int32 ``[n, top_k]`` on the buffer's device: the row of :attr:`buffer` holding each
             position, ``-1`` for padding and for the entries SGLang's kernel does not serve.
@@ -320,6 +386,8 @@ class HotBuffer:
         st = self._state
         if self._host_pool is not None:  # its storage may have shrunk since construction
             check_readable(self._host_pool, "host_pool", HotBufferError)
+        if self._spec is not None:
+            return self._translate_spec(req_ids, seq_lens, positions)
         batch = check_batch(req_ids, seq_lens, positions, num_requests=st.R, max_seq_len=st.S,
                             buffer_size=st.B, last_lens=st.seq_len, device=st.device)
         return self._apply(*batch)
@@ -353,6 +421,25 @@ class HotBuffer:
             self._move(p.src, p.dst)
         self._count(passes, writes)
         return out
+
+    def _translate_spec(self, req_ids, seq_lens, positions) -> torch.Tensor:
+        """A speculative step (hot_buffer_spec): checked, then run request by request."""
+        sp = self._spec
+        rid, lens = check_ids_lens(req_ids, seq_lens, num_requests=sp.R, max_seq_len=sp.S,
+                                   last_lens=sp.seq_len.to(self.device), device=self.device)
+        pos = check_spec_batch(req_ids, seq_lens, positions, sp, rid.cpu(), lens.cpu())
+        p = spec_step(sp, rid, lens, pos, self._admission)
+        self._move(p.moves_src, p.moves_dst)
+        self._move(p.src, p.dst)
+        s = self._stats
+        s[0] += 1
+        s[1] += p.lookups
+        s[2] += p.lookups - p.misses
+        s[3] += p.misses
+        s[4] += p.copies
+        s[5] += p.copies * self._row_bytes
+        s[6] += p.written
+        return p.out.to(self.device)
 
     def _count(self, passes, writes) -> None:
         lookups = sum(p.lookups for _, p in passes)

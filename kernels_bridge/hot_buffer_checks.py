@@ -14,7 +14,8 @@ from kernels_bridge.tensor_checks import check_readable
 from kernels_bridge.validate import INT32_MAX
 
 __all__ = ["HotBufferError", "ROW_LAYOUTS", "ADMISSIONS", "RELEASES", "Batch", "check_host_pool", "check_size",
-           "check_choice", "check_max_bytes", "check_batch", "check_req_ids"]
+           "check_choice", "check_max_bytes", "check_batch", "check_ids_lens", "check_req_ids",
+           "INT_DTYPES"]
 
 # KV row layouts the hot buffer carries: dtype -> (row shape, name). A copy is a plain row copy.
 ROW_LAYOUTS = {
@@ -152,18 +153,42 @@ def check_batch(req_ids, seq_lens, positions, *, num_requests: int, max_seq_len:
         raise HotBufferError(f"positions: {describe(positions)}; expected top_k <= buffer_size {buffer_size}",
                              argument="positions")
     pos = pos.long() if pos.dtype == torch.uint8 else pos  # uint8 has no -1: widen before comparing
+    if n and top_k:
+        low, high = torch.aminmax(pos.view(-1))
+        bad_pos = (low < -1) | (pos.amax(1).long() >= lens).any()
+    else:
+        bad_pos = torch.zeros((), dtype=torch.bool, device=device)
+    _check_ids_lens(rid, lens, num_requests, max_seq_len, last_lens, bad_pos)
+    if bool(bad_pos):
+        p64 = pos.long()
+        i, j = ((p64 < -1) | (p64 >= lens[:, None])).nonzero()[0].tolist()
+        raise HotBufferError(f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
+                             f"(padding) or 0 <= position < seq_len {int(lens[i])}", argument="positions")
+    return Batch(rid, lens, pos.to(torch.int32))
+
+
+def check_ids_lens(req_ids, seq_lens, *, num_requests: int, max_seq_len: int, last_lens: torch.Tensor,
+                   device: torch.device):
+    """req_ids and seq_lens as check_batch takes them; returns (rid, lens) int64 [n]."""
+    rid = _int_tensor("req_ids", req_ids, 1, "[n]", device).long()
+    n = rid.shape[0]
+    lens = _int_tensor("seq_lens", seq_lens, 1, f"[n] with n = {n}", device).long()
+    if lens.shape[0] != n:
+        raise HotBufferError(f"seq_lens: {describe(seq_lens)}; expected [{n}] (one per req_id)", argument="seq_lens")
+    _check_ids_lens(rid, lens, num_requests, max_seq_len, last_lens, torch.zeros((), dtype=torch.bool))
+    return rid, lens
+
+
+def _check_ids_lens(rid, lens, num_requests: int, max_seq_len: int, last_lens, bad_pos) -> None:
+    """Distinct ids in range, lengths in range and never below the request's last one; bad_pos
+    joins the one host read."""
     bad_rid = (rid < 0) | (rid >= num_requests)
     safe = rid.clamp(0, num_requests - 1)
     srt = torch.sort(rid).values
     dup = srt[1:] == srt[:-1]
     bad_len = (lens < 1) | (lens > max_seq_len)
     shrunk = lens < last_lens.index_select(0, safe)
-    if n and top_k:
-        low, high = torch.aminmax(pos.view(-1))
-        bad_pos = (low < -1) | (pos.amax(1).long() >= lens).any()
-    else:
-        bad_pos = torch.zeros((), dtype=torch.bool, device=device)
-    flags = torch.stack([bad_rid.any(), dup.any(), bad_len.any(), shrunk.any(), bad_pos]).tolist()
+    flags = torch.stack([bad_rid.any(), dup.any(), bad_len.any(), shrunk.any(), bad_pos.to(rid.device)]).tolist()
     if flags[0]:
         i = int(bad_rid.nonzero()[0, 0])
         raise HotBufferError(f"req_ids: element {i} is {int(rid[i])}; expected ids in [0, {num_requests})",
@@ -180,9 +205,3 @@ def check_batch(req_ids, seq_lens, positions, *, num_requests: int, max_seq_len:
         raise HotBufferError(f"seq_lens: element {i} (request {int(rid[i])}) is {int(lens[i])}, below its "
                              f"previous {int(last_lens[rid[i]])}; SGLang's decode never shortens a request "
                              f"(free() it to start again)", argument="seq_lens")
-    if flags[4]:
-        p64 = pos.long()
-        i, j = ((p64 < -1) | (p64 >= lens[:, None])).nonzero()[0].tolist()
-        raise HotBufferError(f"positions: [{i}, {j}] (request {int(rid[i])}) is {int(p64[i, j])}; expected -1 "
-                             f"(padding) or 0 <= position < seq_len {int(lens[i])}", argument="positions")
-    return Batch(rid, lens, pos.to(torch.int32))

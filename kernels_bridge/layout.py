@@ -29,24 +29,37 @@ KERNEL_RELEASES = ("0.5.23", "0.5.12")  # the swap-in kernel's two generations (
 STEP_BYTES_PER_SLOT = 256     # a step's temporaries: at most 32 int64 values a slot of every request
 
 
+def spec_scratch_rows(draft_tokens: int, top_k: int, buffer_size: int) -> int:
+    """A speculative request's scratch rows, SGLang's scratch_capacity: min(N * top_k, max(1024,
+    N * top_k - buffer_size)); 0 without draft tokens."""
+    if not draft_tokens:
+        return 0
+    work = draft_tokens * top_k
+    return min(work, max(1024, work - buffer_size))
+
+
 def hot_buffer_parts(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
-                     row_bytes: int) -> dict:
+                     row_bytes: int, draft_tokens: int = 0, top_k: int = 0) -> dict:
     """Bytes a HotBuffer of these sizes holds on its device, by part: "rows" (the buffer; 0 for a
     counting one, row_bytes 0), "state" (the LRU order packed with each slot's host row, int64; the
     newest position and seq_len int64 per request; the int32 scratch map of every host row, and a
-    dump per slot and an empty marker),
+    dump per slot and an empty marker; with draft tokens, the CLOCK tables of hot_buffer_spec),
     "staging" (the kept staging of a copy, at most STAGING_BYTES), "step" (the most one step's
     temporaries take: STEP_BYTES_PER_SLOT a slot and its top-k entry, for a step of every
     request)."""
     R, S, B = num_requests, max_seq_len, buffer_size
-    rows = R * (B + page_size) * row_bytes
+    scratch = spec_scratch_rows(draft_tokens, top_k or 0, B)
+    rows = R * (B + page_size + -(-scratch // page_size) * page_size) * row_bytes  # scratch in whole pages
     state = R * B * 8 + R * (8 + 8) + (R * S + B + 1) * 4
+    if draft_tokens:  # the CLOCK tables, int64: slot tokens and rows, scratch rows, reference epochs, 3 counters
+        state += R * ((B + page_size) * 16 + scratch * 8 + B * 8 + 3 * 8)
     return {"rows": rows, "state": state, "staging": min(STAGING_BYTES, rows),
             "step": R * (B + 1) * STEP_BYTES_PER_SLOT}
 
 
 def hot_buffer_bytes(num_requests: int, max_seq_len: int, buffer_size: int, page_size: int,
-                     row_bytes: int, device_type: str = "cpu") -> int:
-    """Bytes a HotBuffer of these sizes takes on its device at most (hot_buffer_parts, summed);
-    the same on every device type."""
-    return sum(hot_buffer_parts(num_requests, max_seq_len, buffer_size, page_size, row_bytes).values())
+                     row_bytes: int, device_type: str = "cpu", draft_tokens: int = 0, top_k=None) -> int:
+    """Bytes a HotBuffer of these sizes takes at most (hot_buffer_parts, summed); the same on every
+    device type."""
+    return sum(hot_buffer_parts(num_requests, max_seq_len, buffer_size, page_size, row_bytes, draft_tokens,
+                                top_k or 0).values())

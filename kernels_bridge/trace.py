@@ -12,7 +12,14 @@ The format is JSON Lines, one decode step a line (blank lines are skipped):
 - ``finished`` (optional): the requests that finish after this step (SGLang's
   ``request_finished``); an id may come back as a new request.
 
-A request's first line admits it with a prefill of seq_len - 1 tokens. Nothing else is allowed:
+A request's first line admits it with a prefill of seq_len - 1 tokens.
+
+With speculative decoding (`hisparse attend --trace FILE --draft-tokens N`) each line is a target
+verify: ``seq_len`` is the request's committed length L (its first line admits it with a prefill
+of L tokens), ``top_k`` is N rows, one per draft token, and draft i's positions are below
+L + i + 1; the next line of a request has its seq_len grown by the drafts accepted, 1 to N.
+
+Nothing else is allowed:
 an unknown field, a wrong type or a value out of range is an error naming the line and the field.
 The file is read twice: once to check every line (nothing runs on a bad trace) and size the
 buffer, once to replay it.
@@ -49,11 +56,13 @@ class TraceInfo:
     max_seq_len: int = 0
     top_k: Optional[int] = None
     admitted: int = 0
+    draft_tokens: int = 0
 
 
 @dataclass
 class Step:
-    """One line of a trace, checked: ids and seq_lens [n], positions int32 [n, top_k]."""
+    """One line of a trace, checked: ids and seq_lens [n], positions int32 [n, top_k] (with draft
+    tokens [n, draft_tokens, top_k])."""
     line: int
     req_ids: torch.Tensor
     seq_lens: torch.Tensor
@@ -133,8 +142,8 @@ def _line(path: str, number: int, text: str, info: TraceInfo, live: dict) -> Ste
         live[r] = L
     finished = _finished(path, number, record.get("finished", []), live)
     info.steps += 1
-    width = info.top_k or 0
-    positions = torch.stack(rows) if rows else torch.empty((0, width), dtype=torch.int32)
+    width = (info.draft_tokens, info.top_k or 0) if info.draft_tokens else (info.top_k or 0,)
+    positions = torch.stack(rows) if rows else torch.empty((0, *width), dtype=torch.int32)
     return Step(number, torch.tensor(ids, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64),
                 positions, finished)
 
@@ -153,17 +162,36 @@ def _request(path, number, where, req, info: TraceInfo, live: dict):
     if L < live.get(r, 0):
         raise _fail(path, number, f"{where}.seq_len", f"{L} is below request {r}'s previous {live[r]}; a request "
                     f"only grows until it is finished")
-    row = _positions(req["top_k"], L, path, number, f"{where}.top_k")
+    N = info.draft_tokens
+    if N:
+        if r in live and not 1 <= L - live[r] <= N:
+            raise _fail(path, number, f"{where}.seq_len", f"{L} after request {r}'s {live[r]}; a speculative step "
+                        f"commits 1 to {N} drafts")
+        row = _draft_rows(req["top_k"], L, N, path, number, f"{where}.top_k")
+    else:
+        row = _positions(req["top_k"], L, path, number, f"{where}.top_k")
     if info.top_k is None:
-        if row.numel() == 0:
+        if row.shape[-1] == 0:
             raise _fail(path, number, f"{where}.top_k", "empty; expected the indexer's top-k positions")
-        info.top_k = row.numel()
-    elif row.numel() != info.top_k:
-        raise _fail(path, number, f"{where}.top_k", f"{row.numel()} positions; every row of the trace has "
+        info.top_k = row.shape[-1]
+    elif row.shape[-1] != info.top_k:
+        raise _fail(path, number, f"{where}.top_k", f"{row.shape[-1]} positions; every row of the trace has "
                     f"the top-k's {info.top_k}")
     info.num_requests = max(info.num_requests, r + 1)
-    info.max_seq_len = max(info.max_seq_len, L)
+    info.max_seq_len = max(info.max_seq_len, L + N)  # the drafts' positions need host rows too
     return r, L, row
+
+
+def _draft_rows(rows, L: int, N: int, path, number, where) -> torch.Tensor:
+    """N rows of positions, draft i's below L + i + 1, of one width: int32 [N, width]."""
+    if not isinstance(rows, list) or len(rows) != N or not all(isinstance(x, list) for x in rows):
+        raise _fail(path, number, where, f"got {shown(rows)}; expected {N} lists of positions (one per draft "
+                    f"token, --draft-tokens {N})")
+    out = [_positions(row, L + i + 1, path, number, f"{where}[{i}]") for i, row in enumerate(rows)]
+    if len({t.numel() for t in out}) != 1:
+        raise _fail(path, number, where, f"rows of {', '.join(str(t.numel()) for t in out)} positions; every "
+                    f"draft's row has the same width, the top-k")
+    return torch.stack(out)
 
 
 def _finished(path, number, finished, live: dict) -> List[int]:
@@ -179,10 +207,10 @@ def _finished(path, number, finished, live: dict) -> List[int]:
     return out
 
 
-def scan(path: str, top_k: Optional[int] = None) -> TraceInfo:
+def scan(path: str, top_k: Optional[int] = None, draft_tokens: int = 0) -> TraceInfo:
     """Check every line of the trace (the first error raises TraceError); `top_k`: the width every
-    row must have (default: the first row's)."""
-    info = TraceInfo(path, top_k=top_k)
+    row must have (default: the first row's); `draft_tokens`: N rows per request a line."""
+    info = TraceInfo(path, top_k=top_k, draft_tokens=draft_tokens)
     for _ in _read(path, info):
         pass
     if info.steps == 0:
@@ -192,6 +220,6 @@ def scan(path: str, top_k: Optional[int] = None) -> TraceInfo:
     return info
 
 
-def steps(path: str, top_k: int) -> Iterator[Step]:
+def steps(path: str, top_k: int, draft_tokens: int = 0) -> Iterator[Step]:
     """The steps of a trace scan() accepted."""
-    return _read(path, TraceInfo(path, top_k=top_k))
+    return _read(path, TraceInfo(path, top_k=top_k, draft_tokens=draft_tokens))

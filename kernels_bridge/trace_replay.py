@@ -15,22 +15,25 @@ __all__ = ["replay"]
 
 
 def replay(decision, info: TraceInfo, buffer_size: int, *, admission: str = "normal", release: str = "0.5.23",
-           device: str = "cpu", max_bytes=None, progress=None) -> dict:
+           device: str = "cpu", max_bytes=None, progress=None, draft_tokens: int = 0) -> dict:
     """Run every step of a trace scan() accepted; returns the report (a dict). Raises TraceError
     (with the line) where SGLang's kernel could not take a step, and HotBufferError where the
     trace's sizes need more memory than the limit."""
     fp8 = decision.backends.get("decode") == "flashmla_kv"
+    spec = dict(draft_tokens=draft_tokens, top_k=info.top_k) if draft_tokens else {}
     try:
         hb = HotBuffer.counting(info.num_requests, info.max_seq_len, buffer_size, kv_format="fp8" if fp8 else "bf16",
                                 device=device, page_size=PAGE_SIZE, max_bytes=max_bytes, admission=admission,
-                                release=release)
+                                release=release, **spec)
     except HotBufferError as exc:
+        if exc.argument in ("draft_tokens", "top_k", "release", "num_requests"):
+            raise TraceError(f"{info.path}: {exc}", argument="trace") from None
         raise TraceError(f"{info.path}: request ids below {info.num_requests} and seq_lens up to "
                          f"{info.max_seq_len:,} are too many positions to keep the books of: {exc}",
                          argument="trace") from None
     series = StepSeries(hb)
     started = time.perf_counter()
-    for done, step in enumerate(steps(info.path, info.top_k), 1):
+    for done, step in enumerate(steps(info.path, info.top_k, draft_tokens), 1):
         try:
             hb.translate(step.req_ids, step.seq_lens, step.positions)
         except HotBufferError as exc:
@@ -48,6 +51,6 @@ def replay(decision, info: TraceInfo, buffer_size: int, *, admission: str = "nor
         "provider": None,
         "trace": {"file": info.path, "steps": info.steps, "num_requests": info.num_requests,
                   "requests_admitted": info.admitted, "top_k": info.top_k, "max_seq_len": info.max_seq_len,
-                  "buffer_size": buffer_size, "worst_line": worst["line"], "worst_rows_copied": worst["rows_copied"]},
+                  "buffer_size": buffer_size, "draft_tokens": draft_tokens, "worst_line": worst["line"], "worst_rows_copied": worst["rows_copied"]},
         "hot_buffer": hot_buffer_report(hb, series),
     }

@@ -113,9 +113,11 @@ def run(decision, w: Workload, progress=None, max_bytes: int | None = None, limi
     fp8 = backend == "flashmla_kv"
     picks_gen = torch.Generator().manual_seed(w.seed)  # the picks depend on the seed alone, kernel or not
     if not w.kernel:
+        spec = dict(draft_tokens=w.draft_tokens, top_k=w.top_k) if w.draft_tokens else {}
         hb = HotBuffer.counting(w.requests, w.kv_length, w.buffer, kv_format="fp8" if fp8 else "bf16", device=device,
-                                page_size=PAGE, max_bytes=max_bytes, admission=w.admission, release=w.release)
-        series = _steps(w, hb, picks_gen, None, progress)[0]
+                                page_size=PAGE, max_bytes=max_bytes, admission=w.admission, release=w.release, **spec)
+        steps = _spec_steps if w.draft_tokens else _steps
+        series = steps(w, hb, picks_gen, None, progress)[0]
         return _report(decision, w, device, hb, series, None, fp8)
     gen = torch.Generator().manual_seed(w.seed + 1)  # the KV and the queries
     built = _counter(build_progress, w.requests * w.kv_length * (2 if fp8 else 1))
@@ -150,6 +152,29 @@ def _counter(progress, total):
         done[0] += n
         progress(done[0], total)
     return built
+
+
+def _spec_steps(w: Workload, hb: HotBuffer, gen, kernel, progress):
+    """Speculative decode steps (books only): each a verify of N drafts, draft i's picks drawn
+    from draft i-1's (the first from the last step's last draft) with `locality`; each step then
+    accepts 1..N drafts, uniformly at random."""
+    series = StepSeries(hb)
+    req_ids = torch.arange(w.requests)
+    lens = torch.full((w.requests,), w.context, dtype=torch.int64)
+    picks, started = None, time.perf_counter()
+    for step in range(w.steps):
+        rows = []
+        for i in range(w.draft_tokens):
+            if picks is not None:  # the last step's last draft saw drafts this step may not have
+                picks = picks.masked_fill(picks > lens.unsqueeze(1) + i, -1)
+            picks = _next_picks(picks, lens + i + 1, w.top_k, w.locality, gen)
+            rows.append(picks)
+        hb.translate(req_ids, lens, torch.stack(rows, dim=1))
+        series.record(step=step + 1, seq_len=int(lens[0]))
+        lens = lens + torch.randint(1, w.draft_tokens + 1, (w.requests,), generator=gen)
+        if progress is not None and time.perf_counter() - started > 1.0:
+            progress(step + 1, w.steps)
+    return series, None
 
 
 def _steps(w: Workload, hb: HotBuffer, gen, kernel, progress):
@@ -232,7 +257,8 @@ def _report(decision, w: Workload, device, hb: HotBuffer, series, kernel, fp8: b
         "provider": kernel["provider"] if kernel else None,
         "workload": {"requests": w.requests, "context": w.context, "heads": w.heads, "top_k": w.top_k,
                      "buffer_size": w.buffer, "steps": w.steps, "locality": w.locality, "seed": w.seed,
-                     "device": str(device), "threads": torch.get_num_threads(), "kernel": w.kernel},
+                     "device": str(device), "threads": torch.get_num_threads(), "kernel": w.kernel,
+                     "draft_tokens": w.draft_tokens},
         "latency_ms": kernel["latency_ms"] if kernel else None,
         "hot_buffer": hbuf,
         "memory": {"kv_bytes_per_token": row_bytes, "bf16_bytes_per_token": BF16_ROW_BYTES,

@@ -45,6 +45,7 @@ class Workload:
     admission: str = "normal"   # how SGLang admits a request: after its own prefill, or disaggregated
     release: str = "0.5.23"     # which generation of SGLang's swap-in kernel
     kernel: bool = True         # False: the hot buffer's books alone (--no-kernel), no KV, no kernel
+    draft_tokens: int = 0       # 2..4: speculative decoding (SGLang 0.5.23's CLOCK kernel), books only
 
     @property
     def buffer(self) -> int:
@@ -77,6 +78,7 @@ class Workload:
                            + ", ".join(repr(b) for b in TOPK_MULTIPLE))
             elif self.top_k >= 1 and self.top_k % multiple:
                 out.append(f"{TOP_K_FLAG} {self.top_k}: {backend} needs a multiple of {multiple}")
+        out += self._spec_problems()
         if not 1 <= self.steps <= MAX_STEPS:
             out.append(f"--steps {self.steps}: from 1 to {MAX_STEPS:,}")
         if not 0.0 <= self.locality <= 1.0:
@@ -87,9 +89,31 @@ class Workload:
             out.append(f"--device: {shown(self.device)} is not a device name (cpu, cuda, cuda:N)")
         return out
 
+    def _spec_problems(self) -> list[str]:
+        """What SGLang's speculative hot buffer (and attend) refuse with --draft-tokens."""
+        if not self.draft_tokens:
+            return []
+        if self.draft_tokens not in (2, 3, 4):
+            return [f"--draft-tokens {self.draft_tokens}: 2, 3 or 4 (SGLang's speculative hot buffer)"]
+        out = []
+        if self.kernel:
+            out.append("--draft-tokens counts what SGLang's speculative hot buffer copies; the kernels' verify "
+                       "pass is not run: add --no-kernel")
+        if self.top_k < 1024 or self.draft_tokens * self.top_k > 8192:
+            out.append(f"{TOP_K_FLAG} {self.top_k}: with --draft-tokens {self.draft_tokens}, at least 1024 and "
+                       f"--draft-tokens x {TOP_K_FLAG} at most 8192 (SGLang's speculative hot buffer)")
+        if self.release != "0.5.23":
+            out.append(f"--kernel-release {self.release}: --draft-tokens models 0.5.23's CLOCK kernel")
+        if self.requests > self.buffer:
+            out.append(f"--requests {self.requests}: with --draft-tokens, at most the buffer size {self.buffer}")
+        return out
+
     @property
     def kv_length(self) -> int:
-        """Tokens of KV per request by the last step."""
+        """Tokens of KV per request by the last step (with draft tokens: every step accepting all
+        of them, and the last step's drafts)."""
+        if self.draft_tokens:
+            return self.context + (self.steps + 1) * self.draft_tokens
         return self.context + self.steps
 
     def check(self, backends=(), max_bytes: int | None = None, limit: str = "--max-memory",
@@ -125,7 +149,8 @@ class Workload:
         kv_scratch = min(length, BUILD_CHUNK) * D_QK * 4 * 3 if self.kernel else 0  # float32 randn, product, quantize
         width = max(length, self.top_k)
         picks = self.requests * width * (4 + 1 + 8) * 2  # random keys, mask, sort indices
-        hb = hot_buffer_bytes(self.requests, length, self.buffer, PAGE_SIZE, row, self.device.partition(":")[0])
+        hb = hot_buffer_bytes(self.requests, length, self.buffer, PAGE_SIZE, row, self.device.partition(":")[0],
+                              self.draft_tokens, self.top_k if self.draft_tokens else None)
         reference = (self.requests * self.top_k * D_QK * 8 * 3 + self.requests * self.heads * self.top_k * 8 * 3
                      if self.kernel else 0)
         return {"--requests x --context": kv + kv_scratch + picks, f"--requests x {BUFFER_FLAG}": hb,

@@ -108,3 +108,46 @@ def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
         for rule in trace.default_matches:
             want_held[index[rule.name]] += 1
     assert held == want_held and chosen == want_chosen
+
+
+def plugin_active(monkeypatch, policy, record=None):
+    """The SGLang plugin in this process as load_plugins() runs it (register(), then
+    HookRegistry.apply_hooks()); on exit every binding SGLang's hooks replaced (the DSA family's
+    and every model class's of the installed release) and every entry of SGLang's model-override
+    registry are put back, and the HookRegistry is reset."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def active():
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        from engine.serving import sglang_plugin
+        from engine.sglang.hook_targets import CLASS_FAMILIES, class_family_of, family_of
+
+        release = sglang_plugin.installed_release()
+        targets = family_of(release).targets() + [t for cls in CLASS_FAMILIES for fam in [class_family_of(cls, release)]
+                                                  if fam is not None for t in fam.targets()]
+        originals = [sglang_plugin._resolve(t) for t in targets]
+        bindings = [(mod, name, value) for mod in list(sys.modules.values()) if mod is not None
+                    for name, value in list(getattr(mod, "__dict__", {}).items())
+                    if any(value is o for o in originals)]
+        base = sys.modules.get("sglang.srt.arg_groups.model_override_base")
+        registry = getattr(base, "_MODEL_OVERRIDE_FNS", {})
+        entries = {key: list(fns) for key, fns in registry.items()}
+        monkeypatch.setenv("HISPARSE_POLICY", policy)
+        if record:
+            monkeypatch.setenv("HISPARSE_RECORD", record)
+        try:
+            sglang_plugin.register()
+            HookRegistry.apply_hooks()
+            yield HookRegistry
+        finally:
+            for mod, name, value in bindings:
+                setattr(mod, name, value)
+            for key, fns in entries.items():
+                registry[key][:] = fns
+            HookRegistry.reset()
+            monkeypatch.delenv("HISPARSE_POLICY")
+            monkeypatch.delenv("HISPARSE_RECORD", raising=False)
+
+    return active()

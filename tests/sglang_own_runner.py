@@ -5,7 +5,8 @@ with SGLang's own plugin loader run first.
     python tests/sglang_own_runner.py FOLDER OUT.json
 
 FOLDER holds SGLang's test modules (test_*.py) beside the loader they share
-(../conftest_plugin_loader.py: torchvision stand-in, then `sglang.srt.plugins.load_plugins()`).
+(../conftest_plugin_loader.py: torchvision stand-in, then `sglang.srt.plugins.load_plugins()`);
+the caller puts FOLDER and its parent on PYTHONPATH, as they import by those names.
 Whether the plugin acts is up to HISPARSE_POLICY, as in a real launch. The tests are
 unittest.TestCase classes; each one's outcome ("passed", or "failed: ..." / "error: ..." with the
 exception's last line, or "skipped") and the suite's run time go to OUT.json.
@@ -67,7 +68,6 @@ def _exception(text: str) -> str:
 
 def main(folder: str, out_path: str) -> None:
     _datasets_standin()
-    sys.path[:0] = [folder, os.path.dirname(folder)]
     import conftest_plugin_loader  # noqa: F401  (SGLang's load_plugins(), before the tests import)
 
     suite = unittest.TestSuite()

@@ -395,3 +395,61 @@ def test_driver_refuses_another_installed_release():
     installed = INSTALLED
     with pytest.raises(RuntimeError, match=f"runs SGLang 0.0.1; the installed SGLang is {installed or 'absent'}"):
         Driver("0.0.1", lambda module: None, ()).load()
+
+
+# -- DeepSeek-V4: the whole start-up (launch.py) ------------------------------------------------
+# Expected values read from each release's srt/arg_groups/deepseek_v4_hook.py (apply_deepseek_v4_defaults:
+# page 256, max_running_requests 256, kv auto -> fp8_e4m3 and its assert; 0.5.12 alone refuses PD with
+# pipeline parallelism) and hisparse_hook.py (0.5.14 checks an explicit DSA backend for V4 on CUDA)
+V4 = "DeepseekV4ForCausalLM"
+KV_LINE = "Setting KV cache dtype to fp8_e4m3 for DeepseekV4ForCausalLM."
+MRR_LINE = "Setting max_running_requests to 256 for DeepseekV4ForCausalLM."
+V4_CASES = {  # release -> {case: expected}; the log of a plain launch: max_running_requests first
+    # before 0.5.14 (the dtype defaulted after it), then the dtype first
+    "0.5.12": {"plain": dict(ok=True, log=(MRR_LINE, KV_LINE)),
+               "bf16": dict(ok=False, stage="resolve", error_type="AssertionError",
+                            message="bfloat16 is not supported for DeepseekV4ForCausalLM",
+                            where="srt/arg_groups/deepseek_v4_hook.py:32 apply_deepseek_v4_defaults"),
+               "pd-pp": dict(ok=False, stage="resolve", error_type="ValueError",
+                             message="V4 PD disaggregation requires pp_size=1, got pp_size=2.",
+                             where="srt/arg_groups/deepseek_v4_hook.py:57 apply_deepseek_v4_defaults"),
+               "hisparse-backend": dict(ok=True)},
+    "0.5.14": {"plain": dict(ok=True, log=(KV_LINE, MRR_LINE)),
+               "bf16": dict(ok=True),
+               "hisparse-backend": dict(
+                   ok=False, stage="check", error_type="ValueError",
+                   message="HiSparse supports DSA prefill backend(s) ['flashmla_kv'] on this platform with "
+                           "--kv-cache-dtype=fp8_e4m3, but got --dsa-prefill-backend=flashmla_sparse. Please use "
+                           "--dsa-prefill-backend=flashmla_kv or omit it.",
+                   where="srt/arg_groups/hisparse_hook.py:71 validate_hisparse_dsa_backend")},
+}
+V4_CASES["0.5.12.post1"] = {**V4_CASES["0.5.12"], "pd-pp": dict(ok=True)}  # the PD/pp raise is gone
+V4_CASES["0.5.13"] = V4_CASES["0.5.13.post1"] = V4_CASES["0.5.12.post1"]
+V4_ARGV = {"plain": (), "bf16": ("--kv-cache-dtype", "bfloat16"),
+           "pd-pp": ("--disaggregation-mode", "prefill", "--pp-size", "2", "--tp-size", "2"),
+           "hisparse-backend": ("--enable-hisparse", "--disable-radix-cache", "--dsa-prefill-backend", "flashmla_sparse")}
+
+
+@pytest.mark.parametrize("version,name", [(v, n) for v, cases in V4_CASES.items() for n in cases])
+def test_deepseek_v4_runs_the_whole_start_up(version, name):
+    driver = _driver(version)
+    argv = V4_ARGV[name]
+    if version.startswith("0.5.12") and name == "hisparse-backend":  # no --dsa-* flag yet
+        argv = tuple(a.replace("--dsa-", "--nsa-") for a in argv)
+    r = driver.run_case(Case(argv, V4, "cuda", (9, 0), reads=("attention_backend", "page_size"), routing="dsv4"))
+    want = V4_CASES[version][name]
+    got = dict(ok=r.ok, log=r.log, stage=r.stage, error_type=r.error_type, message=r.message, where=r.where)
+    assert {k: got[k] for k in want} == want
+    if r.ok:
+        assert dict(r.values) == {"attention_backend": "dsv4", "page_size": 256}
+    if r.where:  # the line named is the raise or assert of the installed source
+        path, _, rest = r.where.partition(":")
+        line = linecache.getline(os.path.join(driver._driver.package_dir, path), int(rest.split(" ")[0]))
+        assert line.strip().startswith(("assert", "raise")), (r.where, line)
+
+
+def test_deepseek_v4_is_no_model_of_0_5_11():
+    driver = _driver("0.5.11")
+    r = driver.run_case(Case((), V4, "cuda", (9, 0), routing="dsv4"))
+    assert (r.ok, r.stage, r.error_type) == (False, "resolve", "ValueError")
+    assert "model type `deepseek_v4` but Transformers does not recognize this architecture" in r.message

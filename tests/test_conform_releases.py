@@ -103,16 +103,24 @@ def test_hisparse_model_assertion(driver):
 
 @pytest.mark.parametrize("n", [pytest.param(1000, marks=pytest.mark.whole), 300])
 def test_conform_without_policy_runs_the_installed_release_version(n):
-    """The whole path an operator takes: the version that models the installed release, said on
-    stderr, agrees on a stratified sample (of 1,000 configs in make test-whole)."""
+    """The whole path an operator takes: the versions that model the installed release (one per
+    family), said on stderr, each agree on a stratified sample (of 1,000 configs in make test-whole)."""
     from engine.cli.versions import modelled_releases
 
     table = modelled_releases()
     assert RELEASE in table, f"no shipped policy version models SGLang {RELEASE}"
-    (ref, _, _), = table[RELEASE]
+    refs = sorted(ref for ref, _, _ in table[RELEASE])
+    families = [ref.rpartition("@")[0] for ref in refs]
+    assert len(set(families)) == len(refs) and "dsa-backends" in families  # one version per family
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "conform", "--sample", str(n), "--seed", "11",
                            "--format", "json"], capture_output=True, text=True, timeout=1800)
-    assert f"no --policy: {ref}, the version that models the installed SGLang {RELEASE}" in proc.stderr
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 0 and report["conformant"], json.dumps(report["groups"][:2], indent=1)
-    assert report["counts"]["differ"] == 0 and report["sglang"] == RELEASE and report["warning"] is None
+    named = ", ".join(refs)
+    said = f"the version{'s' if len(refs) > 1 else ''} that model{'' if len(refs) > 1 else 's'} the installed SGLang"
+    assert f"no --policy: {named}, {said} {RELEASE}" in proc.stderr, proc.stderr
+    out = json.loads(proc.stdout)
+    reports = out["reports"] if len(refs) > 1 else [out]
+    assert proc.returncode == 0 and out["conformant"], json.dumps([r["groups"][:2] for r in reports], indent=1)
+    assert sorted(f"{r['policy']['family']}@{r['policy']['version']}" for r in reports) == refs
+    for report in reports:
+        assert report["counts"]["differ"] == 0 and report["sglang"] == RELEASE and report["warning"] is None
+        assert report["total"] == min(n, report["domain_size"])

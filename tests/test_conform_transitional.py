@@ -286,7 +286,69 @@ def test_the_modelling_version_agrees_on_a_sample():
     from engine.sglang.conform import conform
 
     found = modelled_releases().get(INSTALLED)
-    assert found, f"no dsa-backends version lists SGLang {INSTALLED}"
-    (ref, _, _), = found
-    report = conform(engine.load_policy(ref), sample=300, seed=23, workers=0)
-    assert report["total"] == 300 and report["counts"]["differ"] == 0, report["differences"][:3]
+    assert any(ref.startswith("dsa-backends@") for ref, _, _ in found or ()), \
+        f"no dsa-backends version lists SGLang {INSTALLED}"
+    for ref, _, _ in found:  # every family's version (DSA, and DeepSeek-V4 from 0.5.16)
+        report = conform(engine.load_policy(ref), sample=300, seed=23, workers=0)
+        assert report["total"] == 300 and report["counts"]["differ"] == 0, (ref, report["differences"][:3])
+
+
+# -- DeepSeek-V4: the whole start-up (launch.py), where a transitional release is installed --------
+V4 = "DeepseekV4ForCausalLM"
+V4_READS = ("attention_backend", "page_size", "kv_cache_dtype", "chunked_prefill_size")
+MUTEX = ("--enable-prefill-context-parallel and --enable-nsa-prefill-context-parallel are mutually exclusive. Use "
+         "--enable-nsa-prefill-context-parallel for DeepSeek V3.2 (NSA) models and --enable-prefill-context-parallel "
+         "for MLA-based models (DeepSeek V3/R1, Kimi K2.5) or MHA/GQA-based models.")
+# srt/server_args.py:_handle_context_parallelism raises MUTEX at these lines; 0.5.18's
+# validate_deepseek_v4_cp clears the legacy field, so the launch passes
+MUTEX_LINE = {"0.5.15": 4838, "0.5.15.post1": 4838, "0.5.16": 5544, "0.5.17": 6328}
+
+
+def _v4(driver, argv=(), platform="cuda", capability=(9, 0)):
+    return driver.run_case(Case(tuple(argv), V4, platform, capability, reads=V4_READS, routing="dsv4"))
+
+
+def test_a_deepseek_v4_case_runs_the_whole_start_up():
+    """__post_init__ runs whole: chunked_prefill_size is the default an 80 GB Hopper's memory sets
+    (8192), read by nothing in the DSA slice; the V4 log lines are the class's own."""
+    driver = _driver()
+    r = _v4(driver)
+    assert r.ok and r.kv_cache_dtype == "fp8_e4m3"
+    assert dict(r.values) == {"attention_backend": "dsv4", "page_size": 256, "kv_cache_dtype": "fp8_e4m3",
+                              "chunked_prefill_size": 8192}
+    assert r.log == ("Setting KV cache dtype to fp8_e4m3 for DeepseekV4ForCausalLM.",
+                     "Setting max_running_requests to 256 for DeepseekV4ForCausalLM.")
+    npu = _v4(driver, platform="npu")  # --device npu: page 128, BF16 KV, memory from the NPU probe
+    assert npu.ok and dict(npu.values)["page_size"] == 128 and npu.kv_cache_dtype == "bfloat16"
+
+
+def test_deepseek_v4_prefill_cp_meets_the_generic_context_parallel_check():
+    """--enable-prefill-cp is mapped by _handle_legacy_cp_arguments before the V4 step and checked by
+    _handle_context_parallelism after it: steps the DSA slice never runs."""
+    driver = _driver()
+    r = _v4(driver, ("--enable-prefill-cp", "--cp-strategy", "interleave", "--tp-size", "8"))
+    if INSTALLED in MUTEX_LINE:
+        assert (r.ok, r.stage, r.error_type, r.message) == (False, "resolve", "ValueError", MUTEX)
+        assert r.where == f"srt/server_args.py:{MUTEX_LINE[INSTALLED]} _handle_context_parallelism"
+        assert r.log[-1] == ("Enable Context Parallel for DeepSeekV4, dp_size=1, moe_dense_tp_size=1, "
+                             "attn_cp_size=8, ep_size=1, tp_size=8")
+    else:
+        assert r.ok and dict(r.values)["attention_backend"] == "dsv4"
+    named = _v4(driver, ("--enable-prefill-cp", "--cp-strategy", "interleave", "--tp-size", "8",
+                         "--attention-backend", "dsv4"))
+    assert named.ok  # dsv4 named: the legacy DSA field instead, no conflict
+
+
+def test_a_deepseek_v4_case_leaves_the_process_as_it_found_it():
+    driver = _driver()
+    import sglang.srt.server_args as server_args
+    import sglang.srt.utils.common as common
+
+    before = (server_args.get_device_memory_capacity, common.get_nvgpu_memory_capacity,
+              common.get_amdgpu_memory_capacity, server_args.is_hip)
+    env = dict(os.environ)
+    for platform, capability in (("hip", (9, 4)), ("npu", (9, 0)), ("cuda", (12, 0))):
+        _v4(driver, ("--enable-hisparse", "--disable-radix-cache"), platform, capability)
+    assert (server_args.get_device_memory_capacity, common.get_nvgpu_memory_capacity,
+            common.get_amdgpu_memory_capacity, server_args.is_hip) == before
+    assert dict(os.environ) == env  # the V4 step writes SGLANG_OPT_* variables on ROCm and SM120

@@ -23,8 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # only from its own layer and the ones below. "engine" is the package's own __init__ (the public
 # facade) and nothing else; every other module must fall in a listed package.
 LAYERS = [
-    (("engine.errors", "engine.values", "engine.suggest", "engine.version", "engine.progress"),
-     "base: problems and error types, value parsing and display, did-you-mean, the version, the progress line"),
+    (("engine.errors", "engine.values", "engine.suggest", "engine.version", "engine.progress",
+      "engine.sglang.registry"),
+     "base: problems and error types, value parsing and display, did-you-mean, the version, the progress "
+     "line, and SGLang's release registry (data and one release parser, the standard library only: the "
+     "policy files' release references, the plugin, conform and the model reader all read it)"),
     (("engine.files",), "reading files and streams safely, where the shipped policy files lie, which file a reference names"),
     (("engine.language",), "what a policy document means: inputs, rules, conditions, parts, compiled evaluator"),
     (("engine.policy",), "a loaded policy: loading, caching, evaluating"),

@@ -53,3 +53,19 @@ def test_the_environment_script_asks_the_registry(version, out, code):
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout.strip()) == (code, out), proc.stderr
     assert code == 0 or "no SGLang release facts" in proc.stderr
+
+
+def test_every_shipped_family_routes_classes_the_registry_names():
+    """A policy's `models:` are model classes of the registry, and every architecture the registry
+    reads is of one of those classes: a family for a class nobody can pick would route nothing."""
+    import engine
+    from engine.sglang.policy_sets import load_policy_set
+
+    assert set(a.model_class for a in registry.ARCHITECTURES.values()) <= set(registry.MODEL_CLASSES)
+    routed = set()
+    for policy in load_policy_set(None).policies:
+        assert set(policy.models) <= set(registry.MODEL_CLASSES), (policy.ref, policy.models)
+        routed |= set(policy.models)
+    # every class has a family that routes it (the DSA family also says what "other" models get)
+    assert routed == set(registry.MODEL_CLASSES)
+    assert "other" in engine.load_policy("dsa-backends").models

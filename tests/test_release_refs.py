@@ -30,7 +30,7 @@ def _releases_of_shipped() -> dict[str, dict[str, str]]:
 
 
 def test_every_modelled_release_resolves_to_its_version_of_each_family():
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     table = _releases_of_shipped()
     assert "0.5.23" in table and "0.5.11" in table and len(table["0.5.23"]) >= 2

@@ -57,7 +57,9 @@ def release(tmp_path_factory):
 def run_own(release, tmp_path, policy: str | None, name: str) -> dict:
     python, env, _, folder = release
     out, evidence = tmp_path / f"{name}.json", tmp_path / f"{name}-hooks.json"
-    env = dict(env, PEER_EVIDENCE=str(evidence))
+    # SGLang's test modules and its plugin-loader conftest import by their folder's names
+    path = os.pathsep.join([folder, os.path.dirname(folder)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env = dict(env, PEER_EVIDENCE=str(evidence), PYTHONPATH=path)
     if policy is not None:
         env["HISPARSE_POLICY"] = policy
     proc = subprocess.run([python, "-W", "ignore", RUNNER, folder, str(out)], env=env, cwd=str(tmp_path),

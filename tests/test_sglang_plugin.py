@@ -561,33 +561,45 @@ def _package(tmp_path, files: dict) -> str:
     return str(tmp_path)
 
 
-def test_an_import_failure_inside_a_target_module_is_named_as_the_environment(tmp_path, monkeypatch):
+IMPORT_FAILURE_PROBE = """
+import pytest
+from engine.serving.sglang_plugin import SGLangImportFailed, _resolve
+
+assert _resolve("fakesg.routing.route")() == 1 and _resolve("fakesg.routing.Args.check").__name__ == "check"
+for target in ("fakesg.routing.gone", "fakesg.nosuch.route", "fakesg.routing.Args.gone"):
+    with pytest.raises((AttributeError, ImportError)) as moved:
+        _resolve(target)
+    assert not isinstance(moved.value, SGLangImportFailed), target
+with pytest.raises(SGLangImportFailed) as failed:
+    _resolve("fakesg.broken.route")
+print("BROKEN", failed.value.explain("9.9.9"))
+with pytest.raises(SGLangImportFailed) as failed:
+    _resolve("fakesg.raising.route")
+print("RAISING", failed.value.explain("9.9.9"))
+"""
+
+
+def test_an_import_failure_inside_a_target_module_is_named_as_the_environment(tmp_path):
     """A module that raises while importing (here: it imports a package that is absent) is
     SGLang's environment, reported with the real exception and where it was raised; a module or
-    function that does not exist is a target that moved."""
-    from engine.serving.sglang_plugin import SGLangImportFailed, _resolve
-
+    function that does not exist is a target that moved. (In a process whose PYTHONPATH holds the
+    stand-in package.)"""
     root = _package(tmp_path, {
         "fakesg/__init__.py": "",
         "fakesg/routing.py": "def route():\n    return 1\n\nclass Args:\n    def check(self):\n        pass\n",
         "fakesg/broken.py": "import absent_vision_package\n\ndef route():\n    return 1\n",
         "fakesg/raising.py": "raise RuntimeError('CUDA driver too old')\n",
     })
-    monkeypatch.syspath_prepend(root)
-    assert _resolve("fakesg.routing.route")() == 1 and _resolve("fakesg.routing.Args.check").__name__ == "check"
-    for target in ("fakesg.routing.gone", "fakesg.nosuch.route", "fakesg.routing.Args.gone"):
-        with pytest.raises((AttributeError, ImportError)) as moved:
-            _resolve(target)
-        assert not isinstance(moved.value, SGLangImportFailed), target
-    with pytest.raises(SGLangImportFailed) as failed:
-        _resolve("fakesg.broken.route")
-    text = failed.value.explain("9.9.9")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, ROOT]))
+    proc = subprocess.run([sys.executable, "-c", IMPORT_FAILURE_PROBE], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("BROKEN ", "RAISING ")))
+    text = lines["BROKEN"]
     assert text.startswith("importing fakesg.broken (SGLang 9.9.9) raised ModuleNotFoundError: No module named "
                            "'absent_vision_package' at ") and "broken.py:1" in text, text
     assert "SGLang's environment, not its routing" in text and "'absent_vision_package'" in text.split(": ", 2)[2]
-    with pytest.raises(SGLangImportFailed) as failed:
-        _resolve("fakesg.raising.route")
-    assert "raised RuntimeError: CUDA driver too old at " in failed.value.explain("9.9.9")
+    assert "raised RuntimeError: CUDA driver too old at " in lines["RAISING"]
 
 
 BLOCK_TORCHVISION = """

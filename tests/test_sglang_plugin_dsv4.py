@@ -13,13 +13,13 @@ SGLang 0.5.23's own code: registered by its entry point, applied by SGLang's Hoo
 Skipped where SGLang 0.5.23 is not importable (`make install` installs it)."""
 from __future__ import annotations
 
-import contextlib
 import sys
 from types import SimpleNamespace
 
 import pytest
 
 import engine
+from tests.helpers import plugin_active
 
 FAMILY = "dsv4-backends"
 RELEASE_REF = "sglang==0.5.23"
@@ -37,31 +37,6 @@ def sglang_0523():
     driver.import_sglang()
     driver.load()
     return driver
-
-
-@contextlib.contextmanager
-def plugin_active(monkeypatch, policy):
-    """The plugin as load_plugins() runs it; on exit every binding it replaced is put back."""
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
-    from engine.serving import sglang_plugin
-    from engine.sglang.hook_targets import PIPELINE, class_family_of
-
-    targets = PIPELINE.targets() + class_family_of("dsv4", "0.5.23").targets()
-    originals = [sglang_plugin._resolve(t) for t in targets]
-    bindings = [(mod, name, value) for mod in list(sys.modules.values()) if mod is not None
-                for name, value in list(getattr(mod, "__dict__", {}).items())
-                if any(value is o for o in originals)]
-    monkeypatch.setenv("HISPARSE_POLICY", policy)
-    try:
-        sglang_plugin.register()
-        HookRegistry.apply_hooks()
-        yield HookRegistry
-    finally:
-        for mod, name, value in bindings:
-            setattr(mod, name, value)
-        HookRegistry.reset()
-        monkeypatch.delenv("HISPARSE_POLICY")
 
 
 def _edited(tmp_path, edits) -> str:

@@ -20,8 +20,8 @@ import itertools
 import engine.analysis.domain as domain
 from engine.analysis.classes import Classes
 from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
-from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe, factor,
-                      mask_of, outcome_of_error)
+from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe,
+                                      domain_changes, example, factor, mask_of, outcome_of, outcome_of_error)
 from engine.errors import ConfigError, Problem
 from engine.values import show, shown
 
@@ -150,7 +150,7 @@ def diff(a, b, max_examples: int = 3, where: list[str] | None = None, progress=N
             "patterns": [cube_json(c, names, domains) for c in cubes],
             "where": cube_text(common, names, domains, empty="") if len(cubes) > 1 else "",
             "text": [cube_text(c, names, domains) for c in (rests if len(cubes) > 1 else cubes)],
-            "example": _example(names, combo, oa, ob),
+            "example": example(names, combo, oa, ob),
         })
     examples = [g["example"] for g in groups]
     return {
@@ -232,7 +232,7 @@ def _side(policy, axes, side: str, other_written: set):
             count = domain.size(len(cube[a]) for a in axes)
             _fill(ids, cube, axes, found[at:at + count], [valid[k] for k in pos], [steps[k] for k in pos])
             at += count
-    outcomes = [_outcome(policy, key, kept_only) for key in number]
+    outcomes = [outcome_of(policy, key, kept_only) for key in number]
     # the rest: the first value (in axis order) the policy does not accept decides the error
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])
@@ -287,16 +287,6 @@ def _spread(found: list, axes: list[tuple[int, bool]]) -> list:
     return build(0, 0, 0)
 
 
-def _outcome(policy, key, kept_only) -> Outcome:
-    values, log, first, scope = key[:4]
-    n = len(policy.written)
-    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[4])) if kept_only else ())
-    status, message, check = ("ok", None, None) if first is None else \
-        ("rejected", first[2], policy.rule_meta[first[0]][0])
-    why = None if scope is None else policy.upstream.leaves_out[scope][1]
-    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check, why)
-
-
 def _projector(sizes: list[int], kept: list[int]):
     """Config number of the union -> its number over the axes `kept`."""
     steps = domain.strides([sizes[i] for i in kept])
@@ -306,34 +296,3 @@ def _projector(sizes: list[int], kept: list[int]):
         return sum(c[i] * s for i, s in zip(kept, steps))
 
     return project
-
-
-def domain_changes(a, b, axes) -> dict:
-    """What each policy accepts that the other does not: inputs and values."""
-    out = {"inputs_added": [ax.name for ax in axes if ax.a_name is None],
-           "inputs_removed": [ax.name for ax in axes if ax.b_name is None], "values": {}}
-    for ax in axes:
-        if ax.a_name is None or ax.b_name is None:
-            continue
-        sa, sb = a.inputs[ax.a_name], b.inputs[ax.b_name]
-        added = [v for v in ax.values if sb.accepts(v) and not sa.accepts(v)]
-        removed = [v for v in ax.values if sa.accepts(v) and not sb.accepts(v)]
-        if added or removed:
-            out["values"][ax.name] = {"added": added, "removed": removed}
-    return out
-
-
-def _example(names, combo, oa, ob) -> dict:
-    def side(o):
-        out = {"status": o.status}
-        if o.accepted:
-            out["backends"] = dict(o.backends)
-            out["log"] = list(o.log)
-        else:
-            out["check"], out["message"] = o.check, o.message
-        if o.scope is not None:
-            out["out_of_scope"] = o.scope
-        return out
-
-    return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}
-

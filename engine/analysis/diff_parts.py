@@ -38,7 +38,7 @@ def configs_of(a, b, axes, fixed: dict) -> list[tuple]:
 
 def outcomes(policy, axes, side: str, configs: list[tuple], other_written: set):
     """One policy's Outcome for each config (its own inputs only; a refused value: its error)."""
-    from engine.analysis.diff import _outcome
+    from engine.analysis.outcomes import outcome_of
 
     kept = [i for i, ax in enumerate(axes) if getattr(ax, side) is not None]
     names = [getattr(axes[i], side) for i in kept]
@@ -60,14 +60,14 @@ def outcomes(policy, axes, side: str, configs: list[tuple], other_written: set):
     for (k, config), r in zip(valid, results):
         key = r + ((given(config),) if kept_only else ())
         if key not in interned:
-            interned[key] = _outcome(policy, key, kept_only)
+            interned[key] = outcome_of(policy, key, kept_only)
         out[k] = interned[key]
     return out
 
 
 def diff_parts(a, b, axes, fixed: dict, max_examples: int, progress=None) -> dict:
     """The JSON form of diff.diff (the same contract) over listed configs."""
-    from engine.analysis.diff import _example, domain_changes
+    from engine.analysis.outcomes import domain_changes, example
 
     configs = configs_of(a, b, axes, fixed)
     total = len(configs)
@@ -104,7 +104,7 @@ def diff_parts(a, b, axes, fixed: dict, max_examples: int, progress=None) -> dic
             "patterns": [cube_json(c, names, domains) for c in cubes],
             "where": cube_text(common, names, domains, empty="") if len(cubes) > 1 else "",
             "text": [cube_text(c, names, domains) for c in (rests if len(cubes) > 1 else cubes)],
-            "example": _example(names, configs[k], oa[k], ob[k]),
+            "example": example(names, configs[k], oa[k], ob[k]),
         })
     return {
         "a": a.identity(), "b": b.identity(), "where": fixed, "domain": domain_changes(a, b, axes),

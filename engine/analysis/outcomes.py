@@ -308,3 +308,45 @@ def _known_in(cube, known):
     if n <= len(known):
         return (p for p in itertools.product(*cube) if p in known)
     return (p for p in known if all(p[k] in cube[k] for k in range(len(cube))))
+
+
+def outcome_of(policy, key, kept_only) -> Outcome:
+    """The outcome an interned evaluation key stands for (diff's bulk keys)."""
+    values, log, first, scope = key[:4]
+    n = len(policy.written)
+    resolved = tuple(zip(policy.written, values[:n])) + (tuple(zip(kept_only, key[4])) if kept_only else ())
+    status, message, check = ("ok", None, None) if first is None else \
+        ("rejected", first[2], policy.rule_meta[first[0]][0])
+    why = None if scope is None else policy.upstream.leaves_out[scope][1]
+    return Outcome(status, resolved, tuple(zip(policy.phase_names, values[n:])), log, message, check, why)
+
+
+def domain_changes(a, b, axes) -> dict:
+    """What each policy accepts that the other does not: inputs and values."""
+    out = {"inputs_added": [ax.name for ax in axes if ax.a_name is None],
+           "inputs_removed": [ax.name for ax in axes if ax.b_name is None], "values": {}}
+    for ax in axes:
+        if ax.a_name is None or ax.b_name is None:
+            continue
+        sa, sb = a.inputs[ax.a_name], b.inputs[ax.b_name]
+        added = [v for v in ax.values if sb.accepts(v) and not sa.accepts(v)]
+        removed = [v for v in ax.values if sa.accepts(v) and not sb.accepts(v)]
+        if added or removed:
+            out["values"][ax.name] = {"added": added, "removed": removed}
+    return out
+
+
+def example(names, combo, oa, ob) -> dict:
+    """A changed config and both sides' outcomes, as diff reports it."""
+    def side(o):
+        out = {"status": o.status}
+        if o.accepted:
+            out["backends"] = dict(o.backends)
+            out["log"] = list(o.log)
+        else:
+            out["check"], out["message"] = o.check, o.message
+        if o.scope is not None:
+            out["out_of_scope"] = o.scope
+        return out
+
+    return {"config": dict(zip(names, combo)), "a": side(oa), "b": side(ob)}

@@ -237,7 +237,7 @@ def _conform_policies(ns) -> list:
     from engine.files.releases import INSTALLED, installed_release
     from engine.files.shipped import default_policy_ref
     from engine.policy.loader import load_policy
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     if ns.policy is not None or os.environ.get("HISPARSE_POLICY") is not None:
         return load_policy_set(policy_ref(ns.policy), ns.policy_dir).policies

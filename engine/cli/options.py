@@ -164,7 +164,7 @@ def policy_from_argv(argv, launch=None):
     """The policy the command line names (--policy, --policy-dir) for the model it names, read
     before the command's own parser is built: the policy's inputs are options of that parser. A
     reference that covers every family (none, sglang==X, installed, a folder) gives the version of
-    the family that routes the model's class (engine/policy/sets.py)."""
+    the family that routes the model's class (engine/sglang/policy_sets.py)."""
     pre = Parser(add_help=False)
     pre.add_argument("--policy")
     pre.add_argument("--policy-dir")
@@ -172,7 +172,7 @@ def policy_from_argv(argv, launch=None):
     for key in ("--model-path", "--model"):
         pre.add_argument(key, dest=key[2:].replace("-", "_"))
     ns, _ = pre.parse_known_args(argv)
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     return load_policy_set(ns.policy, ns.policy_dir).choose(model_path_of(ns, launch))
 

@@ -45,7 +45,7 @@ def resolve(ref: str, files, load) -> tuple[str, str]:
     modelled). Each family models a release with at most one version; where several families
     model it (each routes its own class of models), the one policy a release names is the version
     of the family that routes the default class (DSA: what a model nothing tells about gets,
-    engine/policy/sets.py), as `load_policy_set(ref).choose(None)` gives. Exit 2 (PolicyError)
+    engine/sglang/policy_sets.py), as `load_policy_set(ref).choose(None)` gives. Exit 2 (PolicyError)
     when no version does, or when more than one version of a family (or several families, none
     routing the default class) do, listing them."""
     release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()

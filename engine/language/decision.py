@@ -68,6 +68,10 @@ class Decision:
     def log(self) -> list:
         return list(self._log)
 
+    def lines_outside(self, stage: str) -> list:
+        """The log lines every other stage or part made, in order."""
+        return [line for line, at in zip(self._log, self._log_stages) if at != stage]
+
     def lines_of(self, stage: str) -> list:
         """The log lines the stage made (parse, resolve or defaults) or the rules of one `part`
         made, in order (a line of a rule with a part is that part's, not its stage's)."""

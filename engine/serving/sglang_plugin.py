@@ -6,8 +6,10 @@ Without HISPARSE_POLICY it returns at once and changes nothing. With it (any pol
 CLI takes; HISPARSE_POLICY_DIR as --policy-dir; a release or a folder names one version per
 family), each policy replaces the routing of the model classes it routes: the DSA family SGLang's
 DSA routing passes and HiSparse backend check (engine/sglang/routing_hooks.py), the DeepSeek-V4
-family its V4 KV-dtype pass and auto attention backend (engine/sglang/dsv4_hooks.py), at the
-targets of engine/sglang/hook_targets.py, through SGLang's HookRegistry. HISPARSE_RECORD=FILE appends each
+family its V4 KV-dtype pass and auto attention backend (engine/sglang/dsv4_hooks.py), the
+MiniMax-M3 family the MiniMax-M3 provider of SGLang's model-override registry, in that registry
+too (engine/sglang/m3_hooks.py), at the targets of engine/sglang/hook_targets.py, through SGLang's
+HookRegistry. HISPARSE_RECORD=FILE appends each
 decision to FILE in the --record format (engine/serving/records.py).
 
 It fails loudly: `load_plugins()` logs and ignores a plugin's exceptions, so a problem here
@@ -19,6 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
+
+from engine.errors import EngineError
+
 
 def register() -> None:
     """SGLang's plugin entry point."""
@@ -38,6 +43,8 @@ def register() -> None:
             _register_dsa(policy, shown_as, on_decision, release)
         if "dsv4" in policy.models:
             _register_dsv4(policy, shown_as, on_decision, release)
+        if "minimax_m3" in policy.models:
+            _register_m3(policy, shown_as, on_decision, release)
 
 
 def _register_dsa(policy, shown_as, on_decision, release) -> None:
@@ -59,7 +66,7 @@ def _register_dsv4(policy, shown_as, on_decision, release) -> None:
     """DeepSeek-V4: the functions of the release's V4 family (hook_targets.CLASS_FAMILIES), the
     launch held against the release's own shipped version of the family (dsv4_hooks)."""
     from engine.errors import HisparseError
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
     from engine.sglang.dsv4_hooks import V4Routing
     from engine.sglang.hook_targets import class_family_of
     from engine.files.shipped import shipped_policy_dir
@@ -89,6 +96,96 @@ def _register_dsv4(policy, shown_as, on_decision, release) -> None:
     _register(family, routing, originals, release)
 
 
+def _register_m3(policy, shown_as, on_decision, release) -> None:
+    """MiniMax-M3: the provider SGLang registers for the MiniMax-M3 architectures in its
+    model-override registry (hook_targets.CLASS_FAMILIES), replaced in the registry and in its
+    module, the launch held against the release's own shipped version of the family (m3_hooks)."""
+    from engine.errors import HisparseError
+    from engine.files.shipped import shipped_policy_dir
+    from engine.sglang.policy_sets import load_policy_set
+    from engine.sglang.hook_targets import class_family_of
+    from engine.sglang.m3_hooks import M3Routing
+
+    family = class_family_of("minimax_m3", release)
+    if family is None:
+        _stop(1, f"SGLang {release} has no MiniMax-M3 routing hisparse-router knows (0.5.21 and later), "
+                 f"but {policy.ref} routes MiniMax-M3")
+    try:
+        shipped = load_policy_set(f"sglang=={release}", shipped_policy_dir()).for_class("minimax_m3")
+    except HisparseError:
+        shipped = None
+    if shipped is None:
+        _stop(1, f"no shipped minimax-m3-backends version models SGLang {release}: the plugin cannot hold "
+                 f"{policy.ref}'s MiniMax-M3 decisions against that release's own code")
+    originals = _originals(family, release)
+    entries = _registry_entries(family, originals, release)
+    routing = M3Routing(policy, shipped, release, shown_as, on_decision, family.reads)
+    _register(family, routing, originals, release)
+    _replace_registered(family, entries, release)
+
+
+def _registry_entries(family, originals, release) -> list:
+    """(registry list, index, target) of each place SGLang's registry holds a replaced function,
+    or the launch stops naming the function, the registry and the release."""
+    entries = []
+    for target, where in family.registered.items():
+        try:
+            registry = _resolve(where.registry)
+        except SGLangImportFailed as failed:
+            _stop(1, failed.explain(release))
+        except (ImportError, AttributeError, ValueError) as exc:
+            _stop(1, f"SGLang {release} has no {where.registry} ({type(exc).__name__}: {exc}), where it "
+                     f"registers {target}: the policy cannot replace its routing there")
+        for key in where.keys:
+            found = [i for i, fn in enumerate(registry.get(key, ()) if isinstance(registry, dict) else ())
+                     if _unwrapped(fn) is _unwrapped(originals[target])]
+            if len(found) != 1:
+                _stop(1, f"SGLang {release}'s {where.registry} does not hold {target} for {key} "
+                         f"(found it {len(found)} times): the policy cannot replace its routing there")
+            entries.append((registry[key], found[0], target, key))
+    return entries
+
+
+def _unwrapped(fn):
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn
+
+
+def _replace_registered(family, entries, release) -> None:
+    """In each registry place, an entry that calls the module's function (the replacement once
+    SGLang applied the hooks), with the original's name, so SGLang's declarations keep their
+    source; a BEFORE hook on the resolution entry point stops the launch if an entry is not it."""
+    import importlib
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    placed = []
+    for fns, index, target, key in entries:
+        module_name, _, name = target.rpartition(".")
+        module = importlib.import_module(module_name)
+        original = fns[index]
+
+        def entry(*args, _module=module, _name=name, **kwargs):
+            return getattr(_module, _name)(*args, **kwargs)
+
+        entry.__name__, entry.__qualname__ = original.__name__, original.__qualname__
+        entry.__module__, entry.__doc__, entry.__wrapped__ = original.__module__, original.__doc__, original
+        fns[index] = entry
+        placed.append((fns, entry, target, key))
+
+    def hisparse_router_registry_guard(*args, **kwargs):
+        for fns, entry, target, key in placed:
+            if entry not in fns:
+                raise RuntimeError(
+                    f"hisparse-router: SGLang's model-override registry no longer calls the replacement of "
+                    f"{target} for {key} (SGLang {release}); the launch stops so that SGLang's own code does "
+                    "not route while HISPARSE_POLICY is set. Unset HISPARSE_POLICY to run SGLang's own routing.")
+        return None
+
+    HookRegistry.register(family.guard, hisparse_router_registry_guard, HookType.BEFORE)
+
+
 def _originals(family, release) -> dict:
     originals = {}
     for target in family.targets():
@@ -114,7 +211,7 @@ def _load_policies():
     file it named, if it named one by its path."""
     from engine.errors import HisparseError
     from engine.files.catalog import looks_like_path
-    from engine.policy.sets import load_policy_set
+    from engine.sglang.policy_sets import load_policy_set
 
     ref = os.environ.get("HISPARSE_POLICY", "")
     try:
@@ -143,7 +240,7 @@ def _record_file() -> str | None:
     return path
 
 
-class SGLangImportFailed(Exception):
+class SGLangImportFailed(EngineError):
     """Importing an SGLang module raised: SGLang's own environment is broken (a package it imports
     is missing or fails), which says nothing about where its routing lives."""
 

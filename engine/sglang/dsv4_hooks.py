@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from engine.errors import EngineError
 from engine.language.interpreter import Part
 from engine.sglang import facts
 from engine.sglang.routing_hooks import PolicyRouting, Unmodelled, is_server_args, log_as, record_of
@@ -33,7 +34,7 @@ V4_ARCH = "DeepseekV4ForCausalLM"  # the V4 steps test architectures[0] for exac
 ENFORCED = {KV_PART: "kv_cache_dtype", AUTO_PART: "dsv4_attn_backend"}
 
 
-class NotEnforceable(RuntimeError):
+class NotEnforceable(EngineError, RuntimeError):
     """The policy decides a V4 launch otherwise than SGLang's own code will, where the plugin does
     not replace that code: the launch stops."""
 

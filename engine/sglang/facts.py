@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import sys
 
+from engine.errors import EngineError
+
 _MODEL_CONFIG = "sglang.srt.configs.model_config"
 _OVERRIDES = "sglang.srt.arg_groups.overrides"
 
 
-class Outside(Exception):
+class Outside(EngineError):
     """The call is not on the path the policy models (a gate of SGLang's own returns first)."""
 
 

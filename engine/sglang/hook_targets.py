@@ -147,19 +147,33 @@ FAMILIES = (NSA_METHODS_0511, NSA_METHODS_0512, DSA_METHODS_0513, DSA_METHODS_05
 BY_NAME = {f.name: f for f in FAMILIES}
 
 # -- DeepSeek-V4 (engine/sglang/dsv4_hooks.py) ------------------------------------------------------
-KV_PASS, ATTENTION_DEFAULT, CHECK_ONLY = "kv_pass", "attention_default", "check_only"
+KV_PASS, ATTENTION_DEFAULT = "kv_pass", "attention_default"
 _V4_PASS = "sglang.srt.arg_groups.overrides._deepseek_v4_kv_cache_dtype"
 _V4_HOOK = "sglang.srt.arg_groups.deepseek_v4_hook"
 _PIPELINE_READS = Reads("model_config_of", "get_platform")
+# -- MiniMax-M3 (engine/sglang/m3_hooks.py) ---------------------------------------------------------
+PROVIDER = "provider"
+_M3_PROVIDER = "sglang.srt.arg_groups.model_overrides.minimax_m3._minimax_m3_overrides"
+
+
+class Registered:
+    """Where SGLang also holds a replaced function in a registry of its own: the dict at `registry`
+    (a dotted path) lists it under each of `keys` (SGLang's model-override providers, by
+    architecture). The plugin puts its entry in the original's place there."""
+
+    def __init__(self, registry: str, keys):
+        self.registry, self.keys = registry, tuple(keys)
 
 
 class ClassFamily(HookFamily):
     """The functions of one model class's routing the plugin replaces in a family of releases, and
-    the policy parts they answer (dsv4_hooks.ENFORCED)."""
+    the policy parts they answer (dsv4_hooks.ENFORCED, m3_hooks.PART). `registered`: replaced
+    target -> Registered, where SGLang's own registry holds that function too."""
 
-    def __init__(self, name, label, replace, guard, parts, reads):
+    def __init__(self, name, label, replace, guard, parts, reads, registered=None):
         super().__init__(name, label, replace, guard, reads=reads)
         self.parts = tuple(parts)
+        self.registered = dict(registered or {})
 
 
 CLASS_FAMILIES = {"dsv4": {f.name: f for f in (
@@ -180,6 +194,16 @@ CLASS_FAMILIES = {"dsv4": {f.name: f for f in (
     # launch is checked against the release's own code before it runs
     ClassFamily("v4-checked", "none (0.5.12 to 0.5.14: the launch is checked only)",
                 {}, f"{_V4_HOOK}.apply_deepseek_v4_defaults", (), {}),
+)}, "minimax_m3": {f.name: f for f in (
+    # 0.5.21-0.5.23: the provider model_overrides/minimax_m3.py registers for both MiniMax-M3
+    # architectures in model_override_base._MODEL_OVERRIDE_FNS (register_model_override, through
+    # _register_for); collect_model_override_declarations calls it from the registry, inside
+    # handle_model_specific_adjustments of ServerArgs.resolve_once()
+    ClassFamily("m3-provider", "the MiniMax-M3 model-override provider (0.5.21 to 0.5.23)",
+                {_M3_PROVIDER: PROVIDER}, PIPELINE.guard, ("minimax_m3_overrides",),
+                {PROVIDER: Reads(platform="get_platform")},
+                {_M3_PROVIDER: Registered("sglang.srt.arg_groups.model_override_base._MODEL_OVERRIDE_FNS",
+                                          ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"))}),
 )}}
 
 

@@ -42,6 +42,8 @@ _C = "engine.sglang.conform."
 # dtype is inline (0.5.12-0.5.14: checked only), the KV-dtype pass, and from 0.5.23 what auto becomes
 _V4_CHECKED, _V4_METHODS, _V4_PASS, _V4_AUTO = ({"dsv4": name} for name in (
     "v4-checked", "v4-pass-methods", "v4-pass", "v4-auto"))
+# and from 0.5.21 (HiSparse serves MiniMax-M3) the MiniMax-M3 provider
+_M3 = {"minimax_m3": "m3-provider"}
 # oldest first; .post releases on their own rows (PyPI publishes them as releases)
 RELEASES = (
     Release("0.5.11", "5.6.0", "nsa-methods-0511", _C + "sglang_0511"),
@@ -57,9 +59,9 @@ RELEASES = (
     Release("0.5.18", "5.12.1", "passes-in-methods", _C + "transitional", "v0.5.17", class_hooks=_V4_METHODS),
     Release("0.5.19", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
     Release("0.5.20", "5.12.1", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_PASS),
-    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks=_V4_AUTO),
+    Release("0.5.21", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_PASS, **_M3}),
+    Release("0.5.22", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_PASS, **_M3}),
+    Release("0.5.23", "5.19.0", "pipeline", _C + "pipeline", "v0.5.23", class_hooks={**_V4_AUTO, **_M3}),
 )
 BY_VERSION = {r.version: r for r in RELEASES}
 # the release this project installs and tests first (`make install`; the conform extra's pins)
@@ -141,9 +143,11 @@ class Routing:
 
 ROUTING = {
     "dsv4": Routing((
-        "handle_deprecated_args",  # --attention-backend compressed -> dsv4
+        "handle_deprecated_args", "_handle_deprecated_args",  # --attention-backend compressed -> dsv4 (0.5.19+ / before)
         "_deepseek_v4_kv_cache_dtype", "apply_deepseek_v4_defaults", "validate_deepseek_v41_features",
         "validate_deepseek_v4_cp", "context_parallel_attn_dp_size", "_mla_backend_page_constraints",
+        # the page constraints before 0.5.15 (inline; also the FA3 FP8 fallback and FA4 page lines there)
+        "_handle_attention_backend_compatibility",
         "validate_hisparse", "validate_hisparse_dsa_backend", "validate_hisparse_kv_cache_dtype",
         "validate_hisparse_feature_combos", "_hisparse_validation", "_parse_sparse_config",
         "print_deprecated_warning"), deprecated=("--enable-dp-attention",)),
@@ -216,10 +220,6 @@ def release(version: str) -> Release | None:
     return known[-1] if known else None
 
 
-def is_known(version: str) -> bool:
-    return version in BY_VERSION
-
-
 def is_newer(version: str) -> bool:
     """After every release the table lists."""
     key = version_key(version)
@@ -240,10 +240,6 @@ def installed_release() -> str | None:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
-
-
-def dsa_since(architecture: str) -> str | None:
-    return DSA_SINCE.get(architecture)
 
 
 def main(argv: list[str]) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from engine.errors import EngineError
 from engine.language.interpreter import Part
 from engine.sglang import facts
 from engine.sglang.server_args import attr_names, raise_refusal
@@ -41,12 +42,13 @@ def deciding_line(policy, shown_as: str | None = None) -> str:
     return f"hisparse-router: DSA routing decided by policy {ident}{where}"
 
 
-def log_as(logger: logging.Logger, original, line: str) -> None:
-    """Log `line` at WARNING as a record of `original` (SGLang's function): its logger, name,
-    file and first line, so handlers and filters see what SGLang's own call would make."""
-    if logger.isEnabledFor(logging.WARNING):
+def log_as(logger: logging.Logger, original, line: str, level: int = logging.WARNING) -> None:
+    """Log `line` at `level` (WARNING: the policy's lines) as a record of `original` (SGLang's
+    function): its logger, name, file and first line, so handlers and filters see what SGLang's
+    own call would make."""
+    if logger.isEnabledFor(level):
         code = original.__code__
-        logger.handle(logger.makeRecord(logger.name, logging.WARNING, code.co_filename, code.co_firstlineno,
+        logger.handle(logger.makeRecord(logger.name, level, code.co_filename, code.co_firstlineno,
                                         line, (), None, code.co_name))
 
 
@@ -68,7 +70,7 @@ def record_of(view):
     return object.__getattribute__(view, "_server_args")
 
 
-class Unmodelled(Exception):
+class Unmodelled(EngineError):
     """A value of the call lies outside the policy's domain (a platform or backend it does not
     declare): the policy cannot answer, SGLang's own function does."""
 

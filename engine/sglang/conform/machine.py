@@ -93,11 +93,14 @@ def faked_gpu(platform: str, capability):
         cuda.is_available, cuda.get_device_capability, cuda.get_device_name = saved
 
 
+# the module of DeepSeek-V4's unified-KV gate, whose `is_unified_kv_triton()` caches its first
+# answer (functools.lru_cache): cleared before and after each case
+UNIFIED_KV_GATES = ("sglang.srt.layers.attention.dsv4.unified_kv_kernels.env_gate",  # 0.5.14-0.5.15.post1
+                    "sglang.kernels.ops.attention.dsv4.unified_kv_kernels.env_gate",  # 0.5.16-0.5.22
+                    "sglang.srt.layers.attention.dsv4.unified_kv_gate")  # 0.5.23
 # modules SGLang imports lazily on the DeepSeek-V4 path: imported before any case, so none binds a
 # case's stand-in while it is imported during that case
-LAZY_V4 = ("sglang.kernels.ops.attention.dsv4.unified_kv_kernels.env_gate",  # 0.5.19-0.5.22
-           "sglang.srt.layers.attention.dsv4.unified_kv_gate",  # 0.5.23
-           "sglang.srt.arg_groups.deepseek_v4_hook", "sglang.srt.arg_groups.hisparse_hook")
+LAZY_V4 = UNIFIED_KV_GATES + ("sglang.srt.arg_groups.deepseek_v4_hook", "sglang.srt.arg_groups.hisparse_hook")
 
 
 def import_lazy_modules() -> None:
@@ -153,7 +156,7 @@ def cached_helpers(platform: str, cap: tuple):
                     patches[-1] = (module, name, original)
         if platform == "npu" and callable(space.get("get_npu_memory_capacity")):
             put(module, "get_npu_memory_capacity", _stand_in(65536))
-    gates = [m for m in (sys.modules.get(n) for n in LAZY_V4[:2]) if m is not None]
+    gates = [m for m in (sys.modules.get(n) for n in UNIFIED_KV_GATES) if m is not None]
     for gate in gates:
         put(gate, "is_hip", _stand_in(platform == "hip"))
         gate.is_unified_kv_triton.cache_clear()
@@ -186,6 +189,61 @@ def device_name(platform: str, capability) -> str:
         return "AMD Instinct MI300X"
     return {9: "NVIDIA H200", 10: "NVIDIA B200", 12: "NVIDIA RTX PRO 6000"}.get(int(capability[0]),
                                                                                  "NVIDIA GPU")
+
+
+# a GPU's memory in MiB, as SGLang's probes report it (nvidia-smi, amd-smi, torch_npu): an 80 GB
+# Hopper, a B200, an RTX PRO 6000 Blackwell, an MI300X, an Ascend card of 64 GB
+MEMORY_MIB = {("cuda", 9): 81559, ("cuda", 10): 183359, ("cuda", 12): 97887, ("hip", 9): 196592,
+              ("npu", None): 65536}
+
+
+def device_memory_mib(platform: str, capability) -> int:
+    """The memory of the case's GPU (MiB); a CUDA capability not in MEMORY_MIB has an 80 GB
+    card's."""
+    major = int(capability[0])
+    return MEMORY_MIB.get((platform, major)) or MEMORY_MIB.get((platform, None)) or MEMORY_MIB[
+        ("hip", 9) if platform == "hip" else ("cuda", 9)]
+
+
+# SGLang's device-memory probes (srt/utils/common.py), by platform; `get_device_memory_capacity`
+# picks one with the (patched) platform helpers
+MEMORY_PROBES = {"cuda": "get_nvgpu_memory_capacity", "hip": "get_amdgpu_memory_capacity",
+                 "npu": "get_npu_memory_capacity"}
+
+
+@contextmanager
+def device_probes(platform: str, capability):
+    """What a whole `ServerArgs.__post_init__` of a release before the pipeline asks the device
+    beside the platform helpers (`PatchedHelpers`), answered for one case and put back after it:
+    the memory probes (`MEMORY_PROBES`: nvidia-smi, amd-smi, torch_npu; the answer sets generic
+    defaults such as chunked_prefill_size), wherever a loaded `sglang` module holds them, and the
+    unified-KV gate's cached answer (cleared before and after)."""
+    common = sys.modules["sglang.srt.utils.common"]
+    mib = device_memory_mib(platform, capability)
+    memory = _stand_in(mib if platform == "npu" else float(mib))  # as the probes return it
+    originals = {getattr(common, n): n for n in MEMORY_PROBES.values() if hasattr(common, n)}
+    patches = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] != "sglang" or module is None:
+            continue
+        space = vars(module)
+        for name in MEMORY_PROBES.values():
+            bound = space.get(name)
+            if bound is not None and (bound in originals or getattr(bound, "platform_fact", False)):
+                # a stand-in that a module imported during an earlier case bound: the original after
+                original = bound if bound in originals else getattr(common, name)
+                patches.append((module, name, original))
+                setattr(module, name, memory)
+    gates = [m for m in (sys.modules.get(n) for n in UNIFIED_KV_GATES) if m is not None]
+    for gate in gates:
+        gate.is_unified_kv_triton.cache_clear()
+    try:
+        yield
+    finally:
+        for module, name, value in reversed(patches):
+            setattr(module, name, value)
+        for gate in gates:
+            gate.is_unified_kv_triton.cache_clear()
 
 
 def helper_functions(platform: str, capability) -> dict:

@@ -42,6 +42,8 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "MiniMaxM3SparseForCausalLM": (None, {}),
 }
 
+# what SGLang reads of a V4 config to load it (ModelConfig's V4 shapes); transformers 5.12.1's own
+# DeepseekV4Config, which parses the file first, wants compress_ratios in {0, 4, 128} and one per layer
 _V4 = {"sliding_window": 128, "index_head_dim": 128, "num_hidden_layers": 4}
 # architecture -> the whole config.json (SGLang reads DeepSeek-V4's with its own alias of
 # DeepseekV3Config, V4.1's with its own DeepseekV41Config from 0.5.21; MiniMax-M3's text model

@@ -205,9 +205,7 @@ class _State:
         except (ValueError, AttributeError) as exc:
             raise Moved(str(exc)) from None
         self.models = ModelFolders()
-        every = set(ROUTING_FUNCTIONS).union(*(r.functions for r in registry.ROUTING.values()))
-        parts = {"--nsa-", *(d for r in registry.ROUTING.values() for d in r.deprecated)}
-        self.capture = startup.LogCapture(every, tuple(sorted(parts)))
+        self.capture = startup.every_class_capture(ROUTING_FUNCTIONS)
         from engine.sglang.conform.machine import import_lazy_modules
 
         import_lazy_modules()
@@ -311,7 +309,7 @@ def run_case(case: Case) -> Result:
         if server_args is not None:
             kv, prefill, decode = (st.resolution_result(server_args, f) for f in
                                    ("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend"))
-            values = tuple((f, _plain(st.resolution_result(server_args, f))) for f in case.reads)
+            values = tuple((f, startup.plain(st.resolution_result(server_args, f))) for f in case.reads)
     return startup.result(error, stage, kv, (prefill, decode), _routing_lines(iso.lines, case), st.package_dir,
                           {"values": values})
 
@@ -322,9 +320,3 @@ def _routing_lines(lines, case) -> list[str]:
         return startup.lines_for(lines, ROUTING_FUNCTIONS)
     routing = registry.ROUTING[case.routing]
     return startup.lines_for(lines, routing.functions, routing.deprecated)
-
-
-def _plain(value):
-    """A resolved field as a plain value (an enum member: its value)."""
-    value = getattr(value, "value", value)
-    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)

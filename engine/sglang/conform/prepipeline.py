@@ -1,5 +1,7 @@
 """Driver for the SGLang releases before the resolution pipeline (0.5.11 to 0.5.14): runs the
 release's own argument parser, DSA routing and HiSparse check on one `Case` and reports what it did.
+A case of another model class (DeepSeek-V4, MiniMax-M3) runs the whole start-up instead (`launch`):
+its routing is spread over `__post_init__`.
 
 The releases differ in names, which a driver module gives as `Names`: 0.5.11 to 0.5.12.post1 keep
 the backends in `nsa_prefill_backend` / `nsa_decode_backend` and route in
@@ -51,7 +53,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-from engine.sglang.conform import startup, torchvision_stub
+from engine.sglang.conform import launch, startup, torchvision_stub
 from engine.sglang.conform.machine import PatchedHelpers
 from engine.sglang.conform.model_folders import ModelFolders
 from engine.sglang.conform.protocol import Case, Result
@@ -134,7 +136,8 @@ class Driver:
         self.sa_module = server_args
         self.package_dir = startup.package_dir()
         self.parser = startup.release_parser(server_args.ServerArgs)
-        self.capture = startup.LogCapture(self.names.log_functions)
+        self.capture = startup.every_class_capture(self.names.log_functions)
+        launch.import_lazy_modules()  # before PatchedHelpers finds where the helpers are bound
         self.check = self.check_factory(server_args) if self.check_factory else None
         self.models = ModelFolders()
         for architecture in ARCHITECTURES:
@@ -142,6 +145,7 @@ class Driver:
         self.platform = PatchedHelpers()
         self.ready = True
         startup.warm_up(self.run_case, self.warm_up)
+        launch.warm_up(self.run_case)
 
     def begin(self, sa) -> None:
         """What `__post_init__` does first that the routing reads: nothing before 0.5.15."""
@@ -157,7 +161,10 @@ class Driver:
 
     def run_case(self, case: Case) -> Result:
         """What the release does with `case`. A case this driver cannot set up (an architecture
-        it has no model for, a platform other than cuda/hip) raises ValueError."""
+        it has no model for, a platform other than cuda/hip, or npu for a class other than DSA)
+        raises ValueError. A class other than DSA runs the whole start-up (`launch`)."""
+        if case.routing != "dsa":
+            return launch.run(self, case)
         startup.check_platform(case)
         self.load()
         model = self.models.path(case.architecture, case.model_extra)
@@ -175,8 +182,8 @@ class Driver:
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)
                 error = exc
             kv, backends = (None, (None, None)) if sa is None else self.read(sa)
-        return startup.result(error, stage, kv, backends, iso.lines, self.package_dir,
-                              {"sglang": self.version})
+        return startup.result(error, stage, kv, backends, startup.lines_for(iso.lines, self.names.log_functions),
+                              self.package_dir, {"sglang": self.version})
 
 
 def renamed(server_args_class, names: Names) -> list[str]:

@@ -74,18 +74,25 @@ def release_parser(server_args_class) -> ReleaseParser:
     return parser
 
 
+def before_post_init(server_args_class, namespace):
+    """`ServerArgs.from_cli_args(namespace)`, built but its `__post_init__` not yet run (a
+    dataclass runs it last in `__init__`): the caller runs it, so the object is there to read
+    also when it raises, or keeps only what routing reads of it (`without_post_init`)."""
+    post_init = server_args_class.__post_init__
+    server_args_class.__post_init__ = lambda self: None
+    try:
+        return server_args_class.from_cli_args(namespace)
+    finally:
+        server_args_class.__post_init__ = post_init
+
+
 def without_post_init(server_args_class, namespace):
     """`ServerArgs.from_cli_args(namespace)` with `__post_init__` skipped (it downloads, probes
     devices and fills hundreds of defaults routing does not read), keeping the effects the routing
     reads: `--quantization unquant` becomes None and sets `_quantization_explicitly_unset`, and,
     where the release has it, its own `_parse_cuda_graph_config()` (flags to a CudaGraphConfig; it
     reads no device), which the non-DSA DeepSeek branch reads from 0.5.14."""
-    post_init = server_args_class.__post_init__
-    server_args_class.__post_init__ = lambda self: None
-    try:
-        sa = server_args_class.from_cli_args(namespace)
-    finally:
-        server_args_class.__post_init__ = post_init
+    sa = before_post_init(server_args_class, namespace)
     sa._quantization_explicitly_unset = sa.quantization == "unquant"
     if sa.quantization == "unquant":
         sa.quantization = None
@@ -113,6 +120,16 @@ class LogCapture(logging.Handler):
     def emit(self, record):
         if self.lines is not None and is_routing_record(record, self.functions, self.deprecated):
             self.lines.append((record.funcName, record.getMessage()))
+
+
+def every_class_capture(dsa_functions) -> LogCapture:
+    """A LogCapture of the DSA routing functions a driver names and of every other model class's
+    (registry.ROUTING); a case keeps its own class's lines (`lines_for`)."""
+    from engine.sglang import registry
+
+    every = set(dsa_functions).union(*(r.functions for r in registry.ROUTING.values()))
+    parts = {"--nsa-", *(d for r in registry.ROUTING.values() for d in r.deprecated)}
+    return LogCapture(every, tuple(sorted(parts)))
 
 
 def lines_for(lines, functions, deprecated=("--nsa-",)) -> list[str]:
@@ -178,6 +195,12 @@ def package_dir() -> str:
     import sys
 
     return os.path.dirname(os.path.abspath(sys.modules["sglang"].__file__)) + os.sep
+
+
+def plain(value):
+    """A resolved field as a plain value (an enum member: its value)."""
+    value = getattr(value, "value", value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
 def result(error, stage: str, kv, backends, lines, package: str, extra=None) -> Result:
