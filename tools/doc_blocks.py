@@ -91,12 +91,28 @@ def install_sizes() -> str:
             f"bench/results/install.json.")
 
 
+def test_times() -> str:
+    """How long each test target's pytest takes, as measured (bench/results/tests.json)."""
+    with open(os.path.join(ROOT, "bench", "results", "tests.json"), encoding="utf-8") as fh:
+        r = json.load(fh)
+
+    def took(t):
+        s = round(t["pytest_seconds"])
+        return f"{s // 60} min {s % 60} s"
+
+    test, whole = r["test"], r["test-whole"]
+    return (f"`make test` ran {test['counts']['passed']:,} tests in {took(test)} of pytest; `make test-whole` "
+            f"(what `make test` runs on samples and smaller domains, whole; CI runs both) "
+            f"{whole['counts']['passed']:,} in {took(whole)}. {r['machine']}, load average "
+            f"{test['load_average_before']:g} before; how: bench/results/tests.json.")
+
+
 def blocks() -> dict:
     """name -> generated markdown. Further generators register here (e.g. the routing table)."""
     from engine.sglang.models import models_table
 
     out = {"error-codes": codes_table, "model-paths": models_table, "conformance": conformance_table,
-           "versions": versions_table, "install": install_sizes}
+           "versions": versions_table, "install": install_sizes, "test-times": test_times}
     try:
         from tools.routing_tables import readme_table
     except ImportError:  # pragma: no cover - the table module is optional during bootstrap

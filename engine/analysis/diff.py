@@ -21,7 +21,7 @@ import engine.analysis.domain as domain
 from engine.analysis.classes import Classes
 from engine.analysis.domain import PROGRESS_EVERY, check_size, parse_where
 from engine.analysis.outcomes import (CLASSES, Outcome, axis_masks, classify, cover, cube_json, cube_text, describe,
-                                      domain_changes, example, factor, mask_of, outcome_of, outcome_of_error)
+                                      domain_changes, example, factor, key_outcome, mask_of, outcome_of_error)
 from engine.errors import ConfigError, Problem
 from engine.values import show, shown
 
@@ -232,7 +232,7 @@ def _side(policy, axes, side: str, other_written: set):
             count = domain.size(len(cube[a]) for a in axes)
             _fill(ids, cube, axes, found[at:at + count], [valid[k] for k in pos], [steps[k] for k in pos])
             at += count
-    outcomes = [outcome_of(policy, key, kept_only) for key in number]
+    outcomes = [key_outcome(policy, key, kept_only) for key in number]
     # the rest: the first value (in axis order) the policy does not accept decides the error
     for axis, ok in enumerate(valid):
         block = domain.size(sizes[axis + 1:])

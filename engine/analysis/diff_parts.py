@@ -38,7 +38,7 @@ def configs_of(a, b, axes, fixed: dict) -> list[tuple]:
 
 def outcomes(policy, axes, side: str, configs: list[tuple], other_written: set):
     """One policy's Outcome for each config (its own inputs only; a refused value: its error)."""
-    from engine.analysis.outcomes import outcome_of
+    from engine.analysis.outcomes import key_outcome
 
     kept = [i for i, ax in enumerate(axes) if getattr(ax, side) is not None]
     names = [getattr(axes[i], side) for i in kept]
@@ -60,7 +60,7 @@ def outcomes(policy, axes, side: str, configs: list[tuple], other_written: set):
     for (k, config), r in zip(valid, results):
         key = r + ((given(config),) if kept_only else ())
         if key not in interned:
-            interned[key] = outcome_of(policy, key, kept_only)
+            interned[key] = key_outcome(policy, key, kept_only)
         out[k] = interned[key]
     return out
 

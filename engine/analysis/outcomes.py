@@ -310,7 +310,7 @@ def _known_in(cube, known):
     return (p for p in known if all(p[k] in cube[k] for k in range(len(cube))))
 
 
-def outcome_of(policy, key, kept_only) -> Outcome:
+def key_outcome(policy, key, kept_only) -> Outcome:
     """The outcome an interned evaluation key stands for (diff's bulk keys)."""
     values, log, first, scope = key[:4]
     n = len(policy.written)

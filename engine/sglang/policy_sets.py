@@ -83,7 +83,9 @@ def load_policy_set(ref: str | None, policy_dir: str | None = None) -> PolicySet
                                            hint="a policy folder holds <family>/v<N>.yaml files")])
             return PolicySet([load_policy(f, policy_dir) for f in families], covers_all=True)
         ref = default_policy_ref()  # refuses an empty HISPARSE_POLICY
-    if isinstance(ref, str) and looks_like_path(ref) and os.path.isdir(os.path.expanduser(ref)):
+    # a folder of policies; a path named like a policy file is read as one (a folder there is E101)
+    if isinstance(ref, str) and looks_like_path(ref) and os.path.isdir(os.path.expanduser(ref)) \
+            and not ref.rstrip("/").lower().endswith((".yaml", ".yml", ".json")):
         root = os.path.expanduser(ref)
         policies = [load_policy(family, root) for family in list_families(policy_root(root))]
         if not policies:
