@@ -302,3 +302,35 @@ def headline() -> str:
                   f"{machine['python']}, torch {machine.get('torch')}; how, and against what baseline and goal: "
                   "[docs/performance.md](docs/performance.md)."]
     return "\n".join(lines)
+
+
+def plugin_startup() -> str:
+    """The SGLang plugin's start-up cost beside SGLang alone (bench/results/plugin.json), for
+    docs/plugin.md."""
+    r = _load("plugin")
+    s = r and r["figures"].get("startup")
+    if not s:
+        return "Not measured yet (`python -m bench --only plugin`)."
+    rows = ["| model | SGLang alone | the plugin installed, inert | the plugin on every family | with / alone (median of pairs) |",
+            "|---|---:|---:|---:|---:|"]
+    for model, f in s["models"].items():
+        c = f["process_cpu_seconds"]
+        rows.append(f"| {model} | {c['sglang']:.2f} s | {c['inert']:.2f} s | {c['plugin']:.2f} s | "
+                    f"{f['cpu_ratio_median']['plugin']:.3f} |")
+    pairs = [x for f in s["models"].values() for x in f["cpu_ratios"]["plugin"]]
+    g, m = r["goals"]["startup_cpu_ratio"], r["machine"]
+    threads = ", ".join(f"{k}={v}" for k, v in s["thread_env"].items())
+    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
+    rows += ["", f"Process CPU time (user + system) of SGLang {s['release']}'s start-up up to its routing decision, "
+             f"median of {s['repeats']} runs of each form, run in alternation; with / alone over both models: "
+             f"{s['cpu_ratio_median']:.3f} (goal {g['goal']}: {'met' if g['met'] else '**not met**'}; the pairs' "
+             f"ratios range from {min(pairs):.2f} to {max(pairs):.2f} on this shared machine). "
+             f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {threads}; "
+             f"{r['date'][:10]}. How: bench/plugin_bench.py; every run's figures: bench/results/plugin.json."]
+    if s.get("marginal"):
+        shares = ", ".join(f"{f['share'] * 100:.1f} % ({model}: {f['marginal']:.2f} s of {f['alone']:.2f} s)"
+                           for model, f in s["marginal"]["models"].items())
+        rows += ["", f"In one process, less exposed to the machine's load (bench/plugin_marginal.py: SGLang's "
+                 f"start-up alone, then the plugin loaded and the start-up routed by it), the plugin's CPU is "
+                 f"{shares} of SGLang's start-up alone, median of {s['marginal']['repeats']} runs."]
+    return "\n".join(rows)

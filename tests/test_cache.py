@@ -118,6 +118,71 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
     assert cached.rule_list == fresh.rule_list  # every field of every rule, conditions and templates
 
 
+def test_a_release_reference_on_a_warm_cache_builds_only_the_versions_it_names(folder, monkeypatch):
+    """Finding the version of each family that models a release reads every version file's head
+    (family, version, models, upstream.releases) from its entry, which gives what the policy itself
+    gives; only the versions the reference names are built (what the SGLang plugin's start-up
+    pays for HISPARSE_POLICY=installed)."""
+    from engine.policy import policy as policy_module
+    from engine.sglang.policy_sets import load_policy_set
+
+    for ref in SHIPPED:
+        path, display = catalog.resolve_ref(ref)
+        built = _fresh_load(ref)  # writes the entry
+        loader.clear_cache()
+        head = loader.load_head(path, display)
+        assert isinstance(head, loader.Head)
+        assert (head.family, head.version, head.models) == (built.family, built.version, built.models), ref
+        assert (head.upstream is None) == (built.upstream is None), ref
+        assert head.upstream is None or head.upstream.releases == built.upstream.releases, ref
+        assert loader.load_head(path, display) is head  # then from memory
+        assert loader.load_file(path, display) is not head and loader.load_head(path, display).rule_list
+    builds = []
+    build = policy_module.Policy.from_document.__func__
+
+    def counted(cls, doc, *args, **kwargs):
+        builds.append(doc.file)
+        return build(cls, doc, *args, **kwargs)
+
+    monkeypatch.setattr(policy_module.Policy, "from_document", classmethod(counted))
+    for release in ("0.5.23", "0.5.16"):
+        loader.clear_cache()
+        found = load_policy_set(f"sglang=={release}")
+        assert builds == [p.file for p in found.policies] and all(_from_cache(p) for p in found.policies)
+        assert [p.ref for p in found.policies] == [p.ref for p in _release_set_without_heads(release, monkeypatch)]
+        builds.clear()
+
+
+def _release_set_without_heads(release, monkeypatch):
+    """The set as loading every version file whole finds it."""
+    from engine.sglang import policy_sets as sets
+
+    with monkeypatch.context() as m:
+        m.setattr(sets, "load_head", loader.load_file)
+        return sets.load_policy_set(f"sglang=={release}").policies
+
+
+def test_a_version_file_without_an_entry_is_still_loaded_whole_for_a_release_reference(folder, tmp_path):
+    """A head is read only from an entry (bytes that passed every check): a broken version file in
+    the folder stops a release reference with its own problem, as before."""
+    from engine.sglang.policy_sets import load_policy_set
+
+    root = tmp_path / "policies"
+    family = root / "dsa-backends"
+    family.mkdir(parents=True)
+    for v in (9, 10):
+        src, _ = catalog.resolve_ref(f"dsa-backends@{v}")
+        with open(src, encoding="utf-8") as fh:
+            (family / f"v{v}.yaml").write_text(fh.read(), encoding="utf-8")
+    loader.clear_cache()
+    assert [p.ref for p in load_policy_set("sglang==0.5.23", str(root)).policies] == ["dsa-backends@10"]
+    (family / "v11.yaml").write_text("policy: dsa-backends\nversion: 11\ninputs: [\n", encoding="utf-8")
+    loader.clear_cache()
+    with pytest.raises(engine.PolicyError) as exc:
+        load_policy_set("sglang==0.5.23", str(root))
+    assert "v11.yaml" in exc.value.problems[0].file
+
+
 def _plain(value) -> bool:
     """Only plain data: dicts, lists, tuples, strings, numbers, booleans, None."""
     if isinstance(value, dict):

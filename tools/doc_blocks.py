@@ -126,9 +126,10 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
-        from bench.report import accuracy_table, headline
+        from bench.report import accuracy_table, headline, plugin_startup
 
         out["accuracy"] = accuracy_table
+        out["plugin-startup"] = plugin_startup
         out["headline"] = headline
     return out
 

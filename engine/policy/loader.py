@@ -6,6 +6,11 @@ engine/files/releases.py) or a file path (engine/files/catalog.py finds the file
 loaded from the same bytes is served from memory, so repeated loads cost a read and a hash. In a
 new process the checked document comes from the on-disk cache (cache.py) when it holds these
 bytes; only otherwise is the file parsed and schema-checked (and the document stored there).
+
+`load_head(path)`: what a version file says of itself (family, version, models, the releases it
+models), for finding the version a release reference names among every version file: the policy
+itself when this process built it, else read from the file's checked document in the on-disk
+cache, without building its rules; only a file without an entry is loaded whole.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from engine.values import shown
 _CACHE_SIZE = 64
 _cache: OrderedDict = OrderedDict()  # (sha256, display, placement) -> Policy
 _lock = _thread.allocate_lock()  # (the threading module is not needed here)
+_heads: OrderedDict = OrderedDict()  # (sha256, display, placement) -> Head
 
 
 def load_policy(ref, policy_dir: str | None = None) -> Policy:
@@ -37,7 +43,7 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
     if looks_like_path(ref):
         return load_file(os.path.expanduser(ref), ref)
     if releases.is_release_ref(ref):
-        path, display = releases.resolve(ref, version_paths(policy_root(policy_dir)), load_file)
+        path, display = releases.resolve(ref, version_paths(policy_root(policy_dir)), load_head)
     else:
         path, display = resolve_ref(ref, policy_dir)
     return load_file(path, display)
@@ -80,6 +86,70 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     return policy
 
 
+class Upstream:
+    """The releases a version models (upstream.releases), as a head gives them."""
+
+    __slots__ = ("releases",)
+
+    def __init__(self, releases: tuple):
+        self.releases = releases
+
+
+class Head:
+    """What a policy file says of itself, as its Policy gives it: family, version, models and
+    upstream (upstream.releases only; None without an upstream section)."""
+
+    __slots__ = ("family", "version", "models", "upstream")
+
+    def __init__(self, family, version, models, upstream):
+        self.family, self.version, self.models, self.upstream = family, version, models, upstream
+
+
+def _head(data) -> Head | None:
+    """The head of a checked document's data, as the builder reads it; None for data of another
+    shape (then the file is loaded whole)."""
+    from engine.language.parts import Parts
+
+    try:
+        up = data.get("upstream")
+        models = tuple(data["models"]) if "models" in data else Parts.DEFAULTS["models"]
+        head = Head(data["policy"], data["version"], models,
+                    None if "upstream" not in data else Upstream(tuple(up.get("releases") or ())))
+    except (AttributeError, KeyError, TypeError):
+        return None
+    if not (isinstance(head.family, str) and isinstance(head.version, int) and all(isinstance(m, str) for m in models)
+            and (head.upstream is None or all(isinstance(r, str) for r in head.upstream.releases))):
+        return None
+    return head
+
+
+def load_head(path: str, display: str | None = None):
+    """The policy at `path` as far as its head (Head): the Policy when this process loaded these
+    bytes; else, when the on-disk cache holds their checked document, the head read from it (an
+    entry stands for bytes that passed every check of a load, so loading them gives that head);
+    else the Policy, loaded (which stores the entry). Raises PolicyError as load_file does."""
+    display = display or path
+    try:
+        data = read_bytes(path, display, max_file_bytes())
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    digest = sha256(data).hexdigest()
+    key = (digest, display, placement(display))
+    with _lock:
+        hit = _cache.get(key) or _heads.get(key)
+        if hit is not None:
+            return hit
+    stored = cache.load(digest, display)
+    head = _head(stored[0]) if stored is not None else None
+    if head is None:
+        return load_bytes(data, display, path)
+    with _lock:
+        _heads[key] = head
+        while len(_heads) > _CACHE_SIZE:
+            _heads.popitem(last=False)
+    return head
+
+
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
     """Parse, schema-check and check names and values. Raises PolicyError."""
     from engine.language.parts import parse_document
@@ -90,3 +160,4 @@ def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _heads.clear()

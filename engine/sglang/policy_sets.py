@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from engine.errors import PolicyError, Problem
-from engine.policy.loader import load_file, load_policy
+from engine.policy.loader import load_file, load_head, load_policy
 from engine.policy.policy import Policy
 
 DEFAULT_CLASS = "dsa"  # the class of a model nothing tells about (the DSA family's dsa_model default)
@@ -95,7 +95,7 @@ def load_policy_set(ref: str | None, policy_dir: str | None = None) -> PolicySet
     if isinstance(ref, str) and is_release_ref(ref):
         release = installed_release() if ref == INSTALLED else ref[len(PREFIX):].strip()
         root = policy_root(policy_dir)
-        found = modelled(version_paths(root), load_file).get(release, [])
+        found = modelled(version_paths(root), load_head).get(release, [])
         families: dict = {}
         for _, path, display in found:
             policy = load_file(path, display)
