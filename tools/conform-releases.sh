@@ -36,7 +36,9 @@ for release in $RELEASES; do
   err=$(mktemp)
   out=$("$ENVS/sglang-$release/bin/hisparse" conform --policy "sglang==$release" --sample "$SAMPLE" --seed "$SEED" 2>"$err")
   rc=$?
-  echo "SGLang $release ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | head -1)"
+  # one summary line per family that models the release (each report's first line)
+  summary=$(printf '%s\n' "$out" | grep -E ' vs SGLang ' | paste -sd ';' - | sed 's/;/; /g')
+  echo "SGLang $release ($(( $(date +%s) - start )) s): ${summary:-$(printf '%s\n' "$out" | head -1)}"
   if [ $rc -ne 0 ]; then
     { printf '%s\n' "$out"; grep -v '^conform: ' "$err"; } | sed 's/^/    /' | head -40; failed+=("$release")
   fi

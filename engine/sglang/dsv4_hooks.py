@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import os
 
-from engine.errors import EngineError
 from engine.language.interpreter import Part
 from engine.sglang import facts
-from engine.sglang.routing_hooks import PolicyRouting, Unmodelled, is_server_args, log_as, record_of
+from engine.sglang.routing_hooks import NotEnforceable, PolicyRouting, Unmodelled, is_server_args, log_as, record_of
 from engine.sglang.server_args import raise_refusal
 
 KV_PART = "deepseek_v4_kv_cache_dtype"
@@ -32,11 +31,6 @@ AUTO_PART = "default_dsv4_attention_backend"
 V4_ARCH = "DeepseekV4ForCausalLM"  # the V4 steps test architectures[0] for exactly this
 # what each replaced function decides: its part and the field it answers
 ENFORCED = {KV_PART: "kv_cache_dtype", AUTO_PART: "dsv4_attn_backend"}
-
-
-class NotEnforceable(EngineError, RuntimeError):
-    """The policy decides a V4 launch otherwise than SGLang's own code will, where the plugin does
-    not replace that code: the launch stops."""
 
 
 class V4Routing(PolicyRouting):

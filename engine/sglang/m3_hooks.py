@@ -35,7 +35,7 @@ import sys
 
 from engine.language.interpreter import Part
 from engine.sglang import facts
-from engine.sglang.routing_hooks import PolicyRouting, Unmodelled, is_server_args, log_as, record_of
+from engine.sglang.routing_hooks import NotEnforceable, PolicyRouting, Unmodelled, is_server_args, log_as, record_of
 from engine.sglang.server_args import attr_names
 
 PART = "minimax_m3_overrides"
@@ -50,11 +50,6 @@ FP8_DISABLED_LINE = ("MiniMax-M3 fp8 attention GEMMs DISABLED by SGLANG_DISABLE_
 FP8_ACTIVE_LINE = ("MiniMax-M3 fp8 attention GEMMs active (kv_cache_dtype fp8_e4m3 + trtllm_mha on SM100): fp8 "
                    "main/index KV, fp8-cast q, fp8 sparse/MSA kernels. Set SGLANG_DISABLE_M3_FP8_ATTN_GEMM=1 "
                    "to force the pre-fp8 numerics.")
-
-
-class NotEnforceable(RuntimeError):
-    """The policy decides a MiniMax-M3 launch otherwise than SGLang's own code will, where the
-    plugin does not replace that code: the launch stops."""
 
 
 class M3Routing(PolicyRouting):

@@ -70,6 +70,11 @@ def record_of(view):
     return object.__getattribute__(view, "_server_args")
 
 
+class NotEnforceable(EngineError, RuntimeError):
+    """The policy decides a launch of a model class (DeepSeek-V4, MiniMax-M3) otherwise than
+    SGLang's own code will, where the plugin does not replace that code: the launch stops."""
+
+
 class Unmodelled(EngineError):
     """A value of the call lies outside the policy's domain (a platform or backend it does not
     declare): the policy cannot answer, SGLang's own function does."""
