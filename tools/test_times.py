@@ -21,13 +21,15 @@ TARGETS = {"test": (["-n", "auto"], {}), "test-whole": (["-n", "auto", "-m", "wh
 def run(target: str) -> dict:
     args, env = TARGETS[target]
     start, load = time.monotonic(), os.getloadavg()[0]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *args], cwd=ROOT,
                           env=dict(os.environ, **env), capture_output=True, text=True)
     wall = time.monotonic() - start
     summary = proc.stdout.strip().splitlines()[-1]
     seconds = re.search(r" in ([\d.]+)s", summary)
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", summary)}
+    failed = [line.split(" ", 2)[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     return {"exit_code": proc.returncode, "pytest_seconds": float(seconds.group(1)) if seconds else None,
+            "failed_tests": failed,
             "wall_seconds": round(wall, 1), "counts": counts, "load_average_before": round(load, 2),
             "load_average_after": round(os.getloadavg()[0], 2)}
 
