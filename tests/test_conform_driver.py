@@ -469,8 +469,11 @@ def _slow_run(folder, cases: int, progress: str) -> str:
 
 def test_ctrl_c_stops_the_workers(tmp_path):
     script = _slow_run(tmp_path, 2000, ", progress=sys.stdout")
+    # Ctrl-C as at a terminal: SIGINT at its default in the child, even where this process was
+    # started with it ignored (a background job), which Python would otherwise keep
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
