@@ -65,23 +65,9 @@ def _register_dsa(policy, shown_as, on_decision, release) -> None:
 def _register_dsv4(policy, shown_as, on_decision, release) -> None:
     """DeepSeek-V4: the functions of the release's V4 family (hook_targets.CLASS_FAMILIES), the
     launch held against the release's own shipped version of the family (dsv4_hooks)."""
-    from engine.errors import HisparseError
-    from engine.sglang.policy_sets import load_policy_set
     from engine.sglang.dsv4_hooks import V4Routing
-    from engine.sglang.hook_targets import class_family_of
-    from engine.files.shipped import shipped_policy_dir
 
-    family = class_family_of("dsv4", release)
-    if family is None:
-        _stop(1, f"SGLang {release} has no DeepSeek-V4 routing hisparse-router knows (0.5.12 and later), "
-                 f"but {policy.ref} routes DeepSeek-V4")
-    try:
-        shipped = load_policy_set(f"sglang=={release}", shipped_policy_dir()).for_class("dsv4")
-    except HisparseError:
-        shipped = None
-    if shipped is None:
-        _stop(1, f"no shipped dsv4-backends version models SGLang {release}: the plugin cannot hold "
-                 f"{policy.ref}'s DeepSeek-V4 decisions against that release's own code")
+    family, shipped = _class_family(policy, release, "dsv4", "DeepSeek-V4", "0.5.12", "dsv4-backends")
     originals = _originals(family, release)
     routing = V4Routing(policy, shipped, release, family.parts, shown_as, on_decision, family.reads)
     if not family.replace:  # nothing replaced there: the launch is checked before SGLang's V4 step
@@ -96,27 +82,36 @@ def _register_dsv4(policy, shown_as, on_decision, release) -> None:
     _register(family, routing, originals, release)
 
 
+def _class_family(policy, release, model_class, label, since, shipped_family):
+    """(the functions of a model class the plugin replaces in the release, the release's own
+    shipped version of that class's family, which the launch is held against); stops the launch
+    where either is missing."""
+    from engine.errors import HisparseError
+    from engine.files.shipped import shipped_policy_dir
+    from engine.sglang.hook_targets import class_family_of
+    from engine.sglang.policy_sets import load_policy_set
+
+    family = class_family_of(model_class, release)
+    if family is None:
+        _stop(1, f"SGLang {release} has no {label} routing hisparse-router knows ({since} and later), "
+                 f"but {policy.ref} routes {label}")
+    try:
+        shipped = load_policy_set(f"sglang=={release}", shipped_policy_dir()).for_class(model_class)
+    except HisparseError:
+        shipped = None
+    if shipped is None:
+        _stop(1, f"no shipped {shipped_family} version models SGLang {release}: the plugin cannot hold "
+                 f"{policy.ref}'s {label} decisions against that release's own code")
+    return family, shipped
+
+
 def _register_m3(policy, shown_as, on_decision, release) -> None:
     """MiniMax-M3: the provider SGLang registers for the MiniMax-M3 architectures in its
     model-override registry (hook_targets.CLASS_FAMILIES), replaced in the registry and in its
     module, the launch held against the release's own shipped version of the family (m3_hooks)."""
-    from engine.errors import HisparseError
-    from engine.files.shipped import shipped_policy_dir
-    from engine.sglang.policy_sets import load_policy_set
-    from engine.sglang.hook_targets import class_family_of
     from engine.sglang.m3_hooks import M3Routing
 
-    family = class_family_of("minimax_m3", release)
-    if family is None:
-        _stop(1, f"SGLang {release} has no MiniMax-M3 routing hisparse-router knows (0.5.21 and later), "
-                 f"but {policy.ref} routes MiniMax-M3")
-    try:
-        shipped = load_policy_set(f"sglang=={release}", shipped_policy_dir()).for_class("minimax_m3")
-    except HisparseError:
-        shipped = None
-    if shipped is None:
-        _stop(1, f"no shipped minimax-m3-backends version models SGLang {release}: the plugin cannot hold "
-                 f"{policy.ref}'s MiniMax-M3 decisions against that release's own code")
+    family, shipped = _class_family(policy, release, "minimax_m3", "MiniMax-M3", "0.5.21", "minimax-m3-backends")
     originals = _originals(family, release)
     entries = _registry_entries(family, originals, release)
     routing = M3Routing(policy, shipped, release, shown_as, on_decision, family.reads)
