@@ -153,6 +153,22 @@ def test_config_from_a_pipe():
     assert json.loads(proc.stdout)["nsa_decode_backend"] == "flashmla_kv"
 
 
+def test_a_bad_config_from_a_pipe_is_read_once(tmp_path):
+    """A command looks at its config twice (for the model, then for the config). A pipe's bad
+    content is refused with its error: the second look neither reopens the pipe (a FIFO whose writer
+    left would wait forever, /dev/stdin would read as empty) nor loses the first error."""
+    proc = run_process("evaluate", "--policy", V2, "--config", "/dev/stdin", stdin='{"kv_cache_dtype": 1}\n\x00\n')
+    assert proc.returncode == 2 and "/dev/stdin:2:1: E103: binary data, not text" in proc.stderr, proc.stderr
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([sys.executable, "-c", f"open({str(fifo)!r}, 'wb').write(b'a: 1\\n\\x00\\n')"])
+    try:
+        proc = run_process("evaluate", "--policy", V2, "--config", str(fifo))
+    finally:
+        writer.wait(timeout=60)
+    assert proc.returncode == 2 and "E103: binary data, not text" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("argv, code, text", [
     (["--config", "{missing}"], "C504", "cannot read file: No such file or directory"),
     (["--config", "{folder}"], "C504", "cannot read file: is a directory"),

@@ -7,24 +7,31 @@ from engine.errors import ConfigError, Problem
 from engine.values import kind
 
 
-_PIPES: dict = {}  # path -> its Document: a pipe (/dev/stdin) can be read only once
+_PIPES: dict = {}  # path -> its Document or its ConfigError: a pipe (/dev/stdin) can be read only once
 
 
 def read_config_file(path: str):
     """The parsed file (a files.document.Document); raises ConfigError (file:line:col) when
     unreadable or not a mapping. A pipe is read too (`--config <(...)`, /dev/stdin): the operator
-    named it; a pipe is read once, then answered from memory (a command looks at its config
-    twice: for the model, then for the config)."""
+    named it; a pipe is read once, then answered from memory, its error included (a command looks
+    at its config twice: for the model, then for the config; a second open would wait forever)."""
     import os
     import stat
 
     if path in _PIPES:
+        if isinstance(_PIPES[path], ConfigError):
+            raise _PIPES[path]
         return _PIPES[path]
     try:
         pipe = stat.S_ISFIFO(os.stat(path).st_mode) or stat.S_ISCHR(os.stat(path).st_mode)
     except (OSError, ValueError):
         pipe = False
-    doc = _read(path)
+    try:
+        doc = _read(path)
+    except ConfigError as exc:
+        if pipe:
+            _PIPES[path] = exc
+        raise
     if pipe:
         _PIPES[path] = doc
     return doc
