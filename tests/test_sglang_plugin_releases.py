@@ -19,7 +19,11 @@ In the release's environment, as subprocesses (this module runs under the projec
   over 1,000 configs, natively and with the plugin on the shipped version, which must agree on
   acceptance, messages, exception types, dtypes, backends and routing lines; and SGLang's own
   prepare_server_args + check_server_args on HiSparse launches, where (d) an edited allow-list
-  lets through what the release refuses, in its own HiSparse check."""
+  lets through what the release refuses, in its own HiSparse check;
+- from 0.5.12, DeepSeek-V4 launches: the shipped V4 version gives SGLang's own lines and refusals,
+  an edited copy routes the launch (the plugin replaces V4's KV-dtype pass, 0.5.15 on) or stops it
+  before routing (0.5.12-0.5.14, where it replaces nothing of V4). tools/conform-releases.sh runs
+  these alone on V4_RELEASES too (`-k v4`)."""
 from __future__ import annotations
 
 import json
@@ -284,3 +288,96 @@ def test_sglangs_own_check_server_args_judges_by_the_policy(env, model, shipped,
     assert {name: pair["sglang"] for name, pair in copy.items()} == {name: pair["sglang"] for name, pair in same.items()}
     assert copy["hisparse-decode-fa3"]["plugin"] == {"ok": True, "values": {
         **same["hisparse-bf16"]["sglang"]["values"], f"{spelling}_decode_backend": "fa3"}}, copy
+
+
+# -- DeepSeek-V4 launches (0.5.12 on): the release's V4 hook family (engine/sglang/registry.py) -------
+V4_ROUTING = re.compile(r"^(?!hisparse-router).* for DeepseekV4ForCausalLM[.,]")
+V4_KV_EDIT = ("when: {kv_cache_dtype: auto}\n      set: {kv_cache_dtype: fp8_e4m3}",
+              "when: {kv_cache_dtype: auto}\n      set: {kv_cache_dtype: bfloat16}")
+
+
+@pytest.fixture(scope="module")
+def v4(env, tmp_path_factory):
+    """(the release's shipped DeepSeek-V4 version, a DeepSeek-V4 model folder, the release's V4
+    hook family); skipped on a release that serves no V4 model (0.5.11)."""
+    from engine.sglang.policy_sets import load_policy_set
+    from engine.sglang.registry import release
+
+    policy = load_policy_set(f"sglang=={env[2]}").for_class("dsv4")
+    if policy is None:
+        pytest.skip(f"SGLang {env[2]} serves no DeepSeek-V4 model")
+    folder = tmp_path_factory.mktemp("v4models")
+    code = ("import sys; from engine.sglang.conform.model_folders import ModelFolders; "
+            "print('FOLDER', ModelFolders(sys.argv[1]).path('DeepseekV4ForCausalLM'))")
+    proc = _run(env, ["-c", code, str(folder)], standin=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = [line[len("FOLDER "):] for line in proc.stdout.splitlines() if line.startswith("FOLDER ")]
+    return policy, path, release(env[2]).class_hooks["dsv4"]
+
+
+def v4_launch(env, v4, flags, **more):
+    """(exit code, SGLang's DeepSeek-V4 routing lines, the plugin's lines, all output) of a real
+    V4 launch on an SM90 GPU stand-in whose GPU-generation helpers answer too (V4 reads them)."""
+    code, _, ours, out = launch(env, v4[1], flags, HISPARSE_TEST_ARCH_HELPERS="1", **more)
+    messages = [m.group(1) for m in re.finditer(r"^\[[^\]]*\] (.*)$", out, re.M)]
+    return code, [m for m in messages if V4_ROUTING.match(m)], [m for m in messages if "hisparse-router" in m], out
+
+
+def _v4_line(v4, policy=None, shown_as: str = "") -> str:
+    policy, hooks = policy or v4[0], v4[2]
+    verb = "checked against" if hooks == "v4-checked" else "decided by"  # 0.5.12-0.5.14: nothing replaced
+    return (f"hisparse-router: DeepSeek-V4 routing {verb} policy {policy.family}@{policy.version} "
+            f"sha256={policy.sha256[:12]}" + (f" from {shown_as}" if shown_as else ""))
+
+
+def test_v4_the_shipped_version_gives_sglangs_lines_and_names_itself(env, v4):
+    """A DeepSeek-V4 HiSparse launch: SGLang's own V4 routing lines word for word with the
+    release's shipped V4 version as without the plugin (the dsv4 backend, an FP8 KV cache), and
+    one line naming the version; the launch goes on to the HTTP server either way."""
+    code, native, ours, out = v4_launch(env, v4, HISPARSE)
+    assert "Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to 256." in native, out[-3000:]
+    assert "Setting KV cache dtype to fp8_e4m3 for DeepseekV4ForCausalLM." in native
+    assert ours == [] and code == 1 and "No module named 'uvicorn'" in out
+    code, routed, ours, out = v4_launch(env, v4, HISPARSE, HISPARSE_POLICY="installed")
+    assert routed == native and ours == [_v4_line(v4)], out[-3000:]
+    assert code == 1 and "No module named 'uvicorn'" in out
+
+
+def test_v4_a_launch_sglang_refuses_is_refused_with_its_text(env, v4):
+    """`--kv-cache-dtype fp8_e5m2`: SGLang's V4 KV-dtype check raises; with the plugin the launch
+    stops with the same exception and text, which is the policy's first violation."""
+    policy = v4[0]
+    decision = policy.evaluate({"kv_cache_dtype": "fp8_e5m2"})
+    assert not decision.ok
+    text = f"{decision.violations[0].raises}: {decision.violations[0].message}"
+    assert text == "AssertionError: fp8_e5m2 is not supported for DeepseekV4ForCausalLM"
+    code, native, _, out = v4_launch(env, v4, ["--kv-cache-dtype", "fp8_e5m2"])
+    assert code == 1 and text in out and "uvicorn" not in out, out[-3000:]
+    code, routed, ours, out = v4_launch(env, v4, ["--kv-cache-dtype", "fp8_e5m2"], HISPARSE_POLICY="installed")
+    assert code == 1 and text in out and "uvicorn" not in out and routed == native, out[-3000:]
+    assert ours == [_v4_line(v4)]
+
+
+def test_v4_an_edited_copy_routes_the_launch_or_stops_it(env, v4, tmp_path):
+    """The copy sets an auto KV dtype to bfloat16. Where the release's V4 KV-dtype pass is the
+    plugin's (0.5.15 on) the launch runs with it and records it; where the plugin replaces nothing
+    of V4 (0.5.12-0.5.14) it cannot enforce the edit: the launch stops before routing, naming why."""
+    policy, _, hooks = v4
+    text = open(policy.file, encoding="utf-8").read()
+    assert text.count(V4_KV_EDIT[0]) == 1
+    path = tmp_path / policy.family / f"v{policy.version}.yaml"
+    path.parent.mkdir()
+    path.write_text(text.replace(*V4_KV_EDIT), encoding="utf-8")
+    record = tmp_path / "decisions.jsonl"
+    code, routed, ours, out = v4_launch(env, v4, [], HISPARSE_POLICY=str(path), HISPARSE_RECORD=str(record))
+    if hooks == "v4-checked":
+        assert code == 1 and routed == [] and "uvicorn" not in out, out[-3000:]
+        assert (f"NotEnforceable: hisparse-router: {policy.family}@{policy.version} decides this DeepSeek-V4 "
+                f"launch otherwise than SGLang {env[2]}'s own code where the plugin does not replace it") in out
+        return
+    assert "Setting KV cache dtype to bfloat16 for DeepseekV4ForCausalLM." in routed, out[-3000:]
+    import engine
+
+    assert ours == [_v4_line(v4, engine.load_policy(str(path)), str(path))] and code == 1 and "No module named 'uvicorn'" in out
+    (entry,) = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert entry["decision"]["kv_cache_dtype"] == "bfloat16" and entry["decision"]["model_family"] == "deepseek_v4"

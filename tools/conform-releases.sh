@@ -8,11 +8,14 @@
 # the functions the plugin replaces and the contract tests of each (tests/test_sglang_own_tests.py,
 # tests/test_sglang_contracts.py). Then the SGLang plugin's tests
 # (tests/test_sglang_plugin_releases.py) in the environment of one release of each hook family
-# before 0.5.19 (PLUGIN_RELEASES; `make test` covers 0.5.23's). Prints one line per release and
-# per plugin run, and exits 1 when any release differs, cannot run, or fails a plugin test.
+# before 0.5.19 (PLUGIN_RELEASES; `make test` covers 0.5.23's), with DeepSeek-V4 launches on those
+# from 0.5.12; and its V4 launches alone on V4_RELEASES, one of each V4 hook family whose DSA hooks
+# are 0.5.23's (registry.py: 0.5.19-0.5.22). Prints one line per release and per plugin run, and
+# exits 1 when any release differs, cannot run, or fails a plugin test.
 set -uo pipefail
 SAMPLE=${1:-1000} SEED=${2:-1}
 PLUGIN_RELEASES=${PLUGIN_RELEASES-0.5.11 0.5.12 0.5.14 0.5.16}  # 0.5.13: 0.5.12's check, 0.5.14's names
+V4_RELEASES=${V4_RELEASES-0.5.20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 ENVS=${HISPARSE_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/hisparse/sglang-envs}
@@ -57,16 +60,18 @@ for release in $RELEASES; do
     printf '%s\n' "$out" | tail -60 | sed 's/^/    /'; failed+=("contracts@$release")
   fi
 done
-for release in $PLUGIN_RELEASES; do
+for run in $(for r in $PLUGIN_RELEASES; do echo "$r:all"; done; for r in $V4_RELEASES; do echo "$r:v4"; done); do
+  release=${run%:*} which=${run#*:}
   if [ ! -x "$ENVS/sglang-$release/bin/python" ]; then
     bash "$ROOT/tools/sglang-env.sh" "$release" "$ENVS" >/dev/null 2>&1 \
       || { echo "SGLang $release: environment FAILED (plugin tests)"; failed+=("plugin@$release"); continue; }
   fi
   start=$(date +%s)
+  select=(); [ "$which" = v4 ] && select=(-k v4)
   out=$(cd "$ROOT" && HISPARSE_PLUGIN_RELEASE_ENV="$ENVS/sglang-$release" "$PY" -m pytest -q -p no:cacheprovider \
-        tests/test_sglang_plugin_releases.py 2>&1)
+        tests/test_sglang_plugin_releases.py "${select[@]}" 2>&1)
   rc=$?
-  echo "SGLang $release plugin tests ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | tail -1)"
+  echo "SGLang $release plugin tests${select:+ (DeepSeek-V4)} ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | tail -1)"
   if [ $rc -ne 0 ]; then
     printf '%s\n' "$out" | tail -60 | sed 's/^/    /'; failed+=("plugin@$release")
   fi
@@ -75,4 +80,5 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "conform-releases: ${#failed[@]} release(s) failed: ${failed[*]}"; exit 1
 fi
 echo "conform-releases: every modelled release agrees on its sample ($SAMPLE configs, seed $SEED)" \
-     "and the plugin drives ${PLUGIN_RELEASES:-no older release} as SGLang's own code"
+     "and the plugin drives ${PLUGIN_RELEASES:-no older release} as SGLang's own code" \
+     "(and DeepSeek-V4 launches on ${V4_RELEASES:-no other release})"
