@@ -10,7 +10,7 @@ _PUBLIC = {
     "apply": "routing", "resolution_step": "routing",
     "raise_refusal": "server_args", "ServerArgsError": "server_args",
     "config_from_launch": "launch", "launch_args": "launch", "launch_layers": "launch",
-    "model_inputs": "models", "model_is_dsa": "models",
+    "read_model": "models", "model_is_dsa": "models",
 }
 __all__ = list(_PUBLIC)
 

@@ -203,8 +203,9 @@ class Given(Record):
 
 
 def combine(policy, layers) -> Given:
-    """The config the layers give, in order (later wins). Raises ConfigError when a model
-    path's config.json cannot be read."""
+    """The config the layers give, in order (later wins), and what the model path they give
+    decides where no layer gives it. Raises ConfigError when a model path's config.json cannot be
+    read."""
     final: dict = {}  # input -> (key, value, origin): origin None (the input itself) or an option
     options: dict = {}  # option -> (key, object)
     model = None
@@ -233,23 +234,21 @@ def combine(policy, layers) -> Given:
             where = f"{layer.source}: " if layer.source else ""
             notes.append(f"{where}ignored {len(layer.ignored)} key(s) the policy does not read: {shown_keys}")
     config = {key: value for key, value, _ in final.values()}
-    if model is not None:
-        from engine.sglang.models import model_inputs
-
-        decided, more = model_inputs(policy, model[1])
-        notes += more
-        how = model_source(model[1])
-        for name, value in decided.items():
-            if name not in final:  # given explicitly, an input beats what the model path says
-                config[name] = value
-                origins[name] = how
     given = {key: value for key, value, origin in final.values() if origin is None}
     for group, (key, obj) in options.items():
         beaten = {json_key for json_key, name in OPTIONS[group][1].items()
                   if name in final and final[name][2] is None}
         given[key] = {k: v for k, v in obj.items() if k not in beaten}
     if model is not None:
+        from engine.sglang.models import read_model
+
         given[model[0]] = model[1]
+        read = read_model(policy, model[1])
+        notes += read.notes
+        for name, value in read.inputs.items():
+            if name not in final:  # given explicitly, an input beats what the model path says
+                config[name] = value
+                origins[name] = read.source
     return Given(config, notes, given, origins)
 
 
@@ -266,17 +265,6 @@ def _unread_keys(group: str, key: str, obj: dict, where: str) -> list[str]:
             out.append(f"{key}{where}: SGLang does not read the key {shown(k)}" + (f"; {hint}" if hint else
                        f" (it reads {', '.join(known)})"))
     return out
-
-
-def model_source(model_path: str) -> str:
-    """Where the model's inputs were read from, in words."""
-    from engine.sglang.models import identify
-
-    try:
-        model = identify(model_path)
-    except ConfigError:
-        return f"read from {model_path}"
-    return f"read from {model.how}"
 
 
 def assumptions(policy, decision, origins: dict) -> list[tuple[str, object, str]]:
