@@ -82,7 +82,8 @@ def batch_line(policy, base, said, line, number: int):
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {kind(obj)}")])
     try:  # the line is one more source, read as every other source is
-        from engine.sglang.given import combine, read_layer
+        from engine.sglang.given import combine
+        from engine.sglang.layers import read_layer
 
         g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
         d = policy.evaluate(g.config)

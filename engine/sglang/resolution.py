@@ -146,11 +146,12 @@ def decide(obj, policy, env: dict):
 
 def judge(obj, policy, env: dict):
     """(Decision, {field: value} the decision changes, what was given) for a record or view,
-    refused or not. The record's fields are one source, read through engine/sglang/given.py as
+    refused or not. The record's fields are one source, read through engine/sglang/layers.py as
     every other source is; what SGLang finds on the machine and in the model comes first, the
     keyword arguments last. What was given (engine.sglang.given.Given.given) is what a decision
     record keeps."""
-    from engine.sglang.given import SOURCE_KEYS, combine, read_layer
+    from engine.sglang.given import combine
+    from engine.sglang.layers import SOURCE_KEYS, read_layer
     from engine.sglang.server_args import attr_names
 
     read = _reader(obj)
