@@ -16,7 +16,7 @@ __all__ = list(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # imported on first use: the modules of this package that every command reads (given, models)
+    # imported on first use: the modules of this package that every command reads (layers, given, models)
     # must not pay for the launch reader or apply()
     module = _PUBLIC.get(name)
     if module is not None:
