@@ -7,7 +7,8 @@ import shlex
 import pytest
 
 import engine
-from engine.sglang.given import combine, read_layer
+from engine.sglang.given import combine
+from engine.sglang.layers import read_layer
 from tests.helpers import NSA_ALIASES, run_cli, write_policy
 
 V3 = NSA_ALIASES  # deprecated spellings: the test policy that has them

@@ -124,7 +124,8 @@ def test_replay_reads_options_and_model_paths_as_the_other_version_does(tmp_path
     """--hisparse-config recorded under v2 (which does not read it) counts when replayed on v3."""
     path = str(tmp_path / "r.jsonl")
     v2, v3 = engine.load_policy("dsa-backends@2"), engine.load_policy("dsa-backends@8")
-    from engine.sglang.given import combine, read_layer
+    from engine.sglang.given import combine
+    from engine.sglang.layers import read_layer
 
     given = {"model-path": "deepseek-ai/DeepSeek-V3.2", "enable-hisparse": True, "disable-radix-cache": True,
              "hisparse-config": '{"device_buffer_size": 512}'}

@@ -34,8 +34,13 @@ def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str
             worst = max(worst, status)
             if fmt == "json":
                 emit_json(result)
+            elif "error" in result:
+                print(f"line {number}: ERROR {result['error']['code']}: {one_line(result['error']['message'])}")
+            elif result["ok"]:
+                chosen = " ".join(f"{ph}={result[spec.input]}" for ph, spec in policy.phases.items())
+                print(f"line {number}: ok {one_line(chosen)}")
             else:
-                print(_batch_text(policy, result, number))
+                print(f"line {number}: REJECTED {one_line(result['violations'][0]['message'])}")
             if source == "-":  # a pipe: answer each line as it comes
                 sys.stdout.flush()
     finally:
@@ -82,9 +87,11 @@ def batch_line(policy, base, said, line, number: int):
     if not isinstance(obj, dict):
         return bad([Problem("C505", f"a line holds one JSON object, got {kind(obj)}")])
     try:  # the line is one more source, read as every other source is
-        from engine.sglang.given import combine, read_layer
+        from engine.sglang.given import combine
+        from engine.sglang.layers import read_layer
 
-        g = combine(policy, base + [read_layer(policy, obj, f"line {number}")])
+        layer = read_layer(policy, obj, f"line {number}")
+        g = combine(policy, base + [layer])
         d = policy.evaluate(g.config)
     except ConfigError as exc:
         return bad(exc.problems)
@@ -97,11 +104,3 @@ def batch_line(policy, base, said, line, number: int):
     out["line"] = number
     return out, (OK if d.ok else VIOLATION), d, g.given
 
-
-def _batch_text(policy, result: dict, number: int) -> str:
-    if "error" in result:
-        return f"line {number}: ERROR {result['error']['code']}: {one_line(result['error']['message'])}"
-    if result["ok"]:
-        chosen = " ".join(f"{ph}={result[spec.input]}" for ph, spec in policy.phases.items())
-        return f"line {number}: ok {one_line(chosen)}"
-    return f"line {number}: REJECTED {one_line(result['violations'][0]['message'])}"

@@ -114,7 +114,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {clip(message, 400)}")
 
     def _unrecognized(self, words):
-        from engine.sglang.given import typographic_dash
+        from engine.sglang.layers import typographic_dash
 
         options = [o for o in self._option_string_actions if o.startswith("--")]
         for word in words:
@@ -192,7 +192,7 @@ def model_path_of(ns, launch) -> str | None:
 def _file_model(path: str) -> str | None:
     from engine.errors import HisparseError
     from engine.sglang.config_files import read_config_file
-    from engine.sglang.given import MODEL_KEYS
+    from engine.sglang.layers import MODEL_KEYS
 
     try:
         data = read_config_file(path).data
@@ -245,9 +245,9 @@ def split_launch(argv):
 def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> list:
     """The sources of a config, lowest first: the command's own base (attend), the launch command
     after `--` (its --config file, then its flags), --config FILE (lenient: unrelated SGLang keys
-    are ignored, with a note), then hisparse's flags. Each is read by engine/sglang/given.py, the one
+    are ignored, with a note), then hisparse's flags. Each is read by engine/sglang/layers.py, the one
     path for every source, and validated as it is read, so errors name the file, line or flag."""
-    from engine.sglang.given import read_layer
+    from engine.sglang.layers import read_layer
 
     layers = []
     if base:

@@ -10,13 +10,13 @@ _PUBLIC = {
     "apply": "routing", "resolution_step": "routing",
     "raise_refusal": "server_args", "ServerArgsError": "server_args",
     "config_from_launch": "launch", "launch_args": "launch", "launch_layers": "launch",
-    "model_inputs": "models", "model_is_dsa": "models",
+    "read_model": "models", "model_is_dsa": "models",
 }
 __all__ = list(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # imported on first use: the modules of this package that every command reads (given, models)
+    # imported on first use: the modules of this package that every command reads (layers, given, models)
     # must not pay for the launch reader or apply()
     module = _PUBLIC.get(name)
     if module is not None:

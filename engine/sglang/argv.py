@@ -74,7 +74,7 @@ def _add_input_flags(parser, group, policy, defaults: dict, switch) -> None:
         for i, flag in enumerate(spec.removed):  # parsed only to be refused (C501) naming the replacement
             group.add_argument(flag, dest=f"{name}__removed{i}", nargs="?", const=True, default=None,
                                help=argparse.SUPPRESS)
-    from engine.sglang.given import MODEL_KEYS, OPTIONS
+    from engine.sglang.layers import MODEL_KEYS, OPTIONS
 
     sglang = parser.add_argument_group("SGLang options the inputs are read from")
     for i, key in enumerate(MODEL_KEYS):
@@ -91,7 +91,7 @@ def _add_input_flags(parser, group, policy, defaults: dict, switch) -> None:
 def flag_values(policy, ns) -> dict:
     """What the command line gave, keyed by the spelling typed (a deprecated flag is logged when
     the config is evaluated; errors name what was typed)."""
-    from engine.sglang.given import SOURCE_KEYS
+    from engine.sglang.layers import SOURCE_KEYS
 
     given = {}
     deprecated = {}  # dest -> the flag, put in the order typed after the loop

@@ -55,9 +55,9 @@ def _read(path: str):
 
 
 def config_layer(policy, path: str):
-    """The file as a layer (engine/sglang/given.py), lenient: keys the policy does not read are
+    """The file as a layer (engine/sglang/layers.py), lenient: keys the policy does not read are
     ignored (SGLang config files carry many), a near miss of one it reads is an error."""
-    from engine.sglang.given import read_layer
+    from engine.sglang.layers import read_layer
 
     doc = read_config_file(path)
     return read_layer(policy, doc.data, path, file=path, doc=doc, lenient=True)

@@ -8,7 +8,7 @@ flags the policy does not read (`--tp 8`, `--cuda-graph-bs 1 2 4`) are skipped w
 them. What SGLang's parser refuses is refused: argparse's own errors, a word no option takes, a flag
 typed with typographic dashes, underscores or one dash. A flag that looks like a misspelt or
 abbreviated routing flag is refused with did-you-mean, never guessed (SGLang resolves abbreviations
-among its own flags, which differ by release). The values are read by engine/sglang/given.py, the
+among its own flags, which differ by release). The values are read by engine/sglang/layers.py, the
 one path every source goes through; the model path decides dsa_model (engine/sglang/models.py).
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ import shlex
 
 from engine.errors import ConfigError, Problem
 from engine.sglang.argv import add_input_flags, flag_values
-from engine.sglang.given import DASHES, combine, read_layer, typographic_dash
+from engine.sglang.given import combine
+from engine.sglang.layers import DASHES, read_layer, typographic_dash
 from engine.suggest import near_miss
 from engine.values import clip, shown
 

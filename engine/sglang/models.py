@@ -1,6 +1,7 @@
 """Which model a `--model-path` names: its class (a DSA model, DeepSeek-V4 / V4.1, MiniMax-M3, or
 another model HiSparse does not serve), which policy inputs that decides (a DSA policy's
-`dsa_model`, every family's `model_family`), and the class a policy routes.
+`dsa_model`, every family's `model_family`), and the class a policy routes. `read_model` reads a
+path once for a policy: everything the rest of a decision takes from the model.
 
 A local checkpoint folder is read as SGLang reads it: `config.json`'s `architectures[0]`,
 `model_type` and `index_topk` (`is_deepseek_dsa`: a DSA architecture with index_topk set;
@@ -14,6 +15,7 @@ import os
 import re
 
 from engine.errors import ConfigError, Problem
+from engine.language.record import Record
 from engine.sglang import registry
 from engine.sglang.registry import DSA_SINCE as DSA_SINCE_BY_ARCHITECTURE
 from engine.values import kind
@@ -36,18 +38,33 @@ def _model_name(model_path: str) -> str:
     return os.path.basename(model_path.rstrip("/\\")) or model_path
 
 
-class Model:
+class Model(Record):
     """What a model path says: its class (registry.MODEL_CLASSES; None: cannot tell), its family
-    (a model_family value, or None), how it was decided (for notes), and the release from which
-    SGLang serves it as that class (None: every release)."""
+    (a model_family value, or None), how it was decided (for notes), the release from which
+    SGLang serves it as that class (None: every release), and what its config.json names
+    (`architectures[0]`, `model_type`; None for a hub name)."""
 
-    def __init__(self, model_class, family, how: str, since: str | None = None):
-        self.model_class, self.family, self.how, self.since = model_class, family, how, since
+    FIELDS = ("model_class", "family", "how", "since", "architecture", "model_type")
+    DEFAULTS = {"since": None, "architecture": None, "model_type": None}
+    __slots__ = FIELDS
 
     @property
     def dsa(self):
         """True / False: a DSA model or not; None: cannot tell."""
         return None if self.model_class is None else self.model_class == "dsa"
+
+
+class ModelRead(Record):
+    """A model path read once for a policy (read_model): the model as the releases the policy
+    models see it (None where the policy reads no model), the inputs it decides, and notes."""
+
+    FIELDS = ("model", "inputs", "notes")
+    __slots__ = FIELDS
+
+    @property
+    def source(self) -> str:
+        """Where the inputs it decides came from, in words (a decision's origins)."""
+        return f"read from {self.model.how}"
 
 
 def identify(model_path: str) -> Model:
@@ -83,18 +100,20 @@ def _from_config(path: str) -> Model:
         raise bad("'architectures' must be a non-empty list of names")
     arch = archs[0]
     how = f"{arch} in {path}"
-    known = registry.MODEL_TYPES.get(data.get("model_type")) or registry.ARCHITECTURES.get(arch)
+    model_type = data.get("model_type")
+    named = {"architecture": arch, "model_type": model_type if isinstance(model_type, str) else None}
+    known = registry.MODEL_TYPES.get(model_type) or registry.ARCHITECTURES.get(arch)
     if known is None:
-        return Model("other", None, how)
+        return Model("other", None, how, **named)
     if known.model_class != "dsa":
-        return Model(known.model_class, known.family, how, known.since)
+        return Model(known.model_class, known.family, how, known.since, **named)
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
     topk = data["index_topk"] if "index_topk" in data else text.get("index_topk")
     if "index_topk" not in data and "index_topk" not in text and known.topk_default:
         topk = "default"
     if topk is None:
-        return Model("other", None, how + " without index_topk")
-    return Model("dsa", known.family, how, known.since)
+        return Model("other", None, how + " without index_topk", **named)
+    return Model("dsa", known.family, how, known.since, **named)
 
 
 def looks_local(model_path: str) -> bool:
@@ -119,28 +138,30 @@ def model_is_dsa(model_path: str) -> bool | None:
     return identify(model_path).dsa
 
 
-def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
-    """(the inputs the model path decides, notes): a DSA policy's dsa_model, and model_family
-    where the policy declares it and routes the model's class. Raises ConfigError for an
-    unreadable config.json."""
+def read_model(policy, model_path: str) -> ModelRead:
+    """The model a path names, read once for the policy, with the inputs it decides: a DSA
+    policy's dsa_model, and model_family where the policy declares it and routes the model's
+    class. A policy that declares neither reads no model. Raises ConfigError for an unreadable
+    config.json."""
     out: dict = {}
     notes: list[str] = []
     if "dsa_model" not in policy.inputs and "model_family" not in policy.inputs:
-        return out, notes
+        return ModelRead(None, out, notes)
     missing = missing_folder_note(model_path)
     if missing:
         notes.append(missing)
-    model = served_as(policy, identify(model_path), model_path, notes)
+    named = identify(model_path)
+    model = served_as(policy, named, model_path, notes)
     if "dsa_model" in policy.inputs:
         if model.dsa is None:
             default = str(policy.inputs["dsa_model"].default).lower()
             notes.append(f"cannot tell whether {model_path} uses DeepSeek Sparse Attention: the policy "
                          f"default ({default}) applies; pass --dsa-model or --no-dsa-model to hisparse to say")
-            return out, notes
+            return ModelRead(model, out, notes)
         out["dsa_model"] = model.dsa
     spec = policy.inputs.get("model_family")
     if spec is None:
-        return out, notes
+        return ModelRead(model, out, notes)
     if model.model_class is None:
         if "dsa_model" not in policy.inputs:
             notes.append(f"cannot tell which model {model_path} is: the policy default ({spec.default}) applies; "
@@ -152,7 +173,7 @@ def model_inputs(policy, model_path: str) -> tuple[dict, list[str]]:
             what = f"'{model.family}'" if model.family else "its family"
             notes.append(f"{model_path} ({model.how}) is {CLASS_NAMES[model.model_class]}, but the policy's "
                          f"model_family has no value for {what}: the policy default ({spec.default}) applies")
-    return out, notes
+    return ModelRead(model, out, notes)
 
 
 def served_as(policy, model: Model, model_path: str, notes: list) -> Model:
@@ -162,7 +183,7 @@ def served_as(policy, model: Model, model_path: str, notes: list) -> Model:
         name = SHORT_NAMES.get(model.model_class, model.model_class)
         notes.append(f"{model_path} ({model.how}) counts as {name} only from SGLang {model.since} on; "
                      f"{policy.upstream.label()} does not: not a {name} model")
-        return Model("other", None, model.how)
+        return Model("other", None, model.how, architecture=model.architecture, model_type=model.model_type)
     return model
 
 

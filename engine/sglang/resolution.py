@@ -146,14 +146,16 @@ def decide(obj, policy, env: dict):
 
 def judge(obj, policy, env: dict):
     """(Decision, {field: value} the decision changes, what was given) for a record or view,
-    refused or not. The record's fields are one source, read through engine/sglang/given.py as
-    every other source is; what SGLang finds on the machine and in the model comes first, the
-    keyword arguments last. What was given (engine.sglang.given.Given.given) is what a decision
-    record keeps."""
-    from engine.sglang.given import SOURCE_KEYS, combine, read_layer
+    refused or not. What SGLang finds on the machine and in the model, the record's fields and
+    the keyword arguments are three sources, each read through engine/sglang/layers.py as every
+    other source is, and stacked in that order (the keyword arguments last). What was given
+    (engine.sglang.given.Given.given) is what a decision record keeps."""
+    from engine.sglang.given import combine
+    from engine.sglang.layers import SOURCE_KEYS, read_layer
     from engine.sglang.server_args import attr_names
 
     read = _reader(obj)
+    found = _detect(obj, policy)
     attrs: dict = {}
     fields_of: dict = {}  # input -> the record fields that carry it
     for name, spec in policy.inputs.items():
@@ -178,12 +180,11 @@ def judge(obj, policy, env: dict):
             continue
         if value is not None and value != "":
             attrs[key] = value
-    layer = read_layer(policy, attrs, "server_args")
-    layer.inputs = {name: (name, value) for name, (_, value) in layer.inputs.items()}
     given = {k: v for k, v in env.items() if v is not None and k in policy.inputs}
-    layers = [read_layer(policy, _detect(obj, policy), "sglang"), layer,
-              read_layer(policy, given, "apply()")]
-    combined = combine(policy, layers)
+    record, sglang, kwargs = [read_layer(policy, data, source) for data, source in
+                              ((attrs, "server_args"), (found, "sglang"), (given, "apply()"))]
+    record.inputs = {name: (name, value) for name, (_, value) in record.inputs.items()}
+    combined = combine(policy, [sglang, record, kwargs])
     decision = policy.evaluate(combined.config)
     changes = {}
     for name, value in decision.config.items():

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from engine.sglang.given import SOURCE_KEYS, combine, read_layer
+from engine.sglang.given import combine
+from engine.sglang.layers import SOURCE_KEYS, read_layer
 from engine.sglang.server_args import ServerArgsError, attr_names, raise_refusal
 from engine.values import clip, typed
 

@@ -165,7 +165,8 @@ class PolicyRouting:
     # -- the launch decision ---------------------------------------------------------------------
     def _decide_launch(self, record, view, found: dict) -> Launch:
         """The whole policy on the record being resolved (read through `view`), once."""
-        from engine.sglang.given import SOURCE_KEYS, combine, read_layer
+        from engine.sglang.given import combine
+        from engine.sglang.layers import SOURCE_KEYS, read_layer
 
         values = self._values(view)
         for key in SOURCE_KEYS[2:]:  # SGLang's JSON options (--hisparse-config); the model comes from `found`
