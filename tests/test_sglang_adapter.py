@@ -190,6 +190,9 @@ def test_longcat_flash_is_dsa_from_the_release_that_says_so(tmp_path, ref, dsa, 
     ("{not json", "JSON syntax"), ("[1, 2]", "expected a JSON object, got a list"),
     ('{"architectures": []}', "'architectures' must be a non-empty list of names"),
     ('{"model_type": "deepseek_v32"}', "'architectures' must be a non-empty list"),
+    ('{"architectures": ["DeepseekV32ForCausalLM"], "model_type": ["deepseek_v32"]}',
+     "'model_type' must be a name, got a list"),
+    ('{"architectures": ["DeepseekV4ForCausalLM"], "model_type": 4}', "'model_type' must be a name, got an integer"),
     (b"\xff\xfe", "not UTF-8"), (None, "cannot read file"),
 ])
 def test_an_unreadable_model_config_is_an_error_naming_the_file(tmp_path, capsys, content, text):

@@ -86,7 +86,7 @@ def _from_config(path: str) -> Model:
 
     def bad(message: str) -> ConfigError:
         return ConfigError([Problem("C504", f"model config: {message}", path,
-                                    hint="a model folder's config.json says its architectures")])
+                                    hint="a model folder's config.json names its architectures and model_type")])
 
     try:
         data = load_document(path).data
@@ -101,7 +101,9 @@ def _from_config(path: str) -> Model:
     arch = archs[0]
     how = f"{arch} in {path}"
     model_type = data.get("model_type")
-    named = {"architecture": arch, "model_type": model_type if isinstance(model_type, str) else None}
+    if model_type is not None and not isinstance(model_type, str):  # transformers looks it up by name
+        raise bad(f"'model_type' must be a name, got {kind(model_type)}")
+    named = {"architecture": arch, "model_type": model_type}
     known = registry.MODEL_TYPES.get(model_type) or registry.ARCHITECTURES.get(arch)
     if known is None:
         return Model("other", None, how, **named)
