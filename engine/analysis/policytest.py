@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from engine.errors import ConfigError, PolicyError, Problem
-from engine.language.schema import schema_problems
+from engine.files.schema import schema_problems
 from engine.suggest import did_you_mean
 from engine.files.load import load_document
 from engine.files.reading import ReadError

@@ -15,7 +15,7 @@ from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_te
 from engine.files.document import Document
 from engine.files.shipped import placement
 from engine.files.reading import ReadError, decode_utf8
-from engine.language.schema import schema_problems
+from engine.files.schema import schema_problems
 from engine.values import kind, shown, typed
 
 # names a policy may not give to an input or phase: condition keywords, the names bound in
