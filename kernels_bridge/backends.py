@@ -2,6 +2,8 @@
 refuses another one before it imports torch or builds a workload)."""
 from __future__ import annotations
 
+from engine.explain.words import capability_words
+
 BACKENDS = ("flashmla_sparse", "flashmla_kv")  # flash_mla_sparse_fwd over BF16 rows; flash_mla_with_kvcache over FP8 rows
 
 
@@ -20,5 +22,5 @@ def unsupported(decision) -> str | None:
     if cap is not None and not cap.can_run("decode", decision.config, user_set):
         return (f"{policy.ref} routes decode to {backend} ({how}) with kv_cache_dtype="
                 f"{decision.config.get('kv_cache_dtype')}, which its declared capabilities say {backend} cannot run: "
-                f"{cap.words('decode')}")
+                f"{capability_words(cap, 'decode')}")
     return None

@@ -75,7 +75,7 @@ def test_a_cached_policy_decides_what_the_file_decides(folder, ref):
     assert [r.name for r in cached.rule_list] == [r.name for r in compiled.rule_list]
     config = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3"}
     (d1, t1), (d2, t2) = cached.trace(config), compiled.trace(config)
-    assert d1.to_dict() == d2.to_dict() and len(t1.steps) == len(t2.steps)
+    assert d1.to_dict() == d2.to_dict() and [e.op for e in t1] == [e.op for e in t2]
 
 
 @pytest.mark.parametrize("ref", SHIPPED)

@@ -14,6 +14,7 @@ from engine.analysis.classes import Classes
 from engine.analysis.diff import diff
 from engine.analysis.lint import _admitting_check, _gates, lint
 from engine.analysis.outcomes import outcome_of
+from engine.explain.trace import Trace
 from engine.language import interpreter as interpret
 from tests.helpers import FIXTURES
 
@@ -47,7 +48,7 @@ def _corners(cube):
 
 def _lint_view(policy, config: dict):
     """What the lint reads of one config, from the interpreter."""
-    trace = interpret.Trace()
+    trace = Trace()
     d = interpret.run(policy, config, config, trace)
     steps = tuple((s.stage, s.rule.name if s.rule else None, s.holds, s.phase, s.violated, s.chosen)
                   for s in trace.steps)

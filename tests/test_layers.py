@@ -32,6 +32,7 @@ LAYERS = [
                         "reference names, a document's shape against a shipped JSON Schema"),
     (("engine.language",), "what a policy document means: inputs, rules, conditions, parts, compiled evaluator"),
     (("engine.policy",), "a loaded policy: loading, caching, evaluating"),
+    (("engine.explain",), "policies and evaluations in words: conditions, capabilities, trace events as steps"),
     (("engine.analysis",), "whole-domain analyses of loaded policies: diff, table, lint, policy tests"),
     (("engine.sglang",), "SGLang's side: launch commands, config files, models, ServerArgs, conform (uses analysis)"),
     (("engine.serving",), "long-running use: the reloading store and decision records (reads SGLang sources)"),

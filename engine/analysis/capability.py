@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from engine.explain.words import capability_words
+
 
 class Incapable(namedtuple("Incapable", "phase backend source runs capability gap")):
     """phase, backend: the route; source: "user" or the rule that chose the backend; runs: where
@@ -49,7 +51,7 @@ def incapable(decision) -> list[Incapable]:
         if cap is None or cap.can_run(phase, env, user_set):
             continue
         gap = cap.gap(phase, env, user_set)
-        out.append(Incapable(phase, backend, sources[phase], cap.words(phase), _where(policy, cap),
+        out.append(Incapable(phase, backend, sources[phase], capability_words(cap, phase), _where(policy, cap),
                              gap.text if gap is not None else None))
     return out
 

@@ -22,6 +22,8 @@ behaviour: it is not reported.
 from __future__ import annotations
 
 import engine.language.interpreter as interpret
+from engine.explain.trace import Trace
+from engine.explain.words import capability_words
 from engine.language.conditions import Cond, operand_inputs
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
@@ -233,7 +235,7 @@ def _winners(policy, shadowed, classes=None) -> dict:
     out: dict = {n: set() for n in names}
     configs = policy.domain() if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
     for config in configs:
-        trace = interpret.Trace()
+        trace = Trace()
         interpret.run(policy, config, config, trace)
         matched = {r.name for r in trace.default_matches} & names
         if matched:
@@ -332,7 +334,7 @@ def _capability_problems(policy, found: dict, gaps: dict) -> tuple[list[Problem]
             what = f"{rule.stage} rule '{name}' routes the {phase} phase to {backend}"
             path = rule.path
         out.append(_problem(policy, "L407", f"{what}, which cannot run it, e.g. for {shown}: "
-                            f"{cap.words(phase)} (capabilities of {backend}, line {line})", path))
+                            f"{capability_words(cap, phase)} (capabilities of {backend}, line {line})", path))
     by_reason: dict = {}  # one note per stated gap: which routes, how many
     for (backend, phase, text), n in gaps.items():
         by_reason.setdefault(text, []).append(f"{backend} {phase} {n}")

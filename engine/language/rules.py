@@ -79,13 +79,6 @@ class Capability(Record):
         user set its backend (a gap may hold only for a user's choice); unknown phases: not set."""
         return next((e for e in self.gaps if e.covers(phase, env, user_set)), None)
 
-    def words(self, phase: str) -> str:
-        """Where it runs in `phase`, in words (for a lint problem)."""
-        conds = [e.when.words() for e in self.runs if phase in e.phases]
-        if not conds:
-            return f"{self.backend} does not run the {phase} phase"
-        return f"{self.backend} runs {phase} only where " + " or ".join(f"({c})" for c in conds)
-
 
 class _UserSet(dict):
     """Whether the user set each phase's backend; a phase not given was not set."""

@@ -20,6 +20,7 @@ import unicodedata
 from collections.abc import Mapping
 
 from engine.errors import ConfigError, Problem
+from engine.explain.words import words
 from engine.values import clip, kind, shown
 from engine.language.record import Record
 from engine.suggest import did_you_mean, near_miss, unknown_key
@@ -290,7 +291,7 @@ def assumptions(policy, decision, origins: dict) -> list[tuple[str, object, str]
         if name not in policy.inputs:
             continue
         if name in na:
-            out.append((name, None, f"it applies only where {policy.applies[name].words()}"))
+            out.append((name, None, f"it applies only where {words(policy.applies[name])}"))
             continue
         origin = (origins or {}).get(name, "the policy's default")
         out.append((name, config[name], origin))
