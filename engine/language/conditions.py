@@ -16,10 +16,12 @@ unset or a divisor is 0). The same operands give a resolve rule's `set` a comput
 """
 from __future__ import annotations
 
+import operator
+
 from engine.language.record import Frozen
 
 COMBINATORS = ("any", "all", "not", "user_set")
-_PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
+_ORDER = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 class InputRef(Frozen):
@@ -135,26 +137,24 @@ class Test(Cond):
     __slots__ = FIELDS
 
     def eval(self, env, user_set):
-        value = env.get(self.input)
-        op = self.op
-        if op == "set":
-            return (value is not None) is self.operand
+        value, op, other = env.get(self.input), self.op, self.operand
         if op == "in":
-            return value in self.operand
+            return value in other
         if op == "not_in":
-            return value not in self.operand
+            return value not in other
+        if op == "set":
+            return (value is not None) is other
         if op == "lower_in":
-            return isinstance(value, str) and value.lower() in self.operand
-        other = operand_value(self.operand, env)
-        if op == "==":
-            return _same(value, other)
-        if op == "!=":
-            return not _same(value, other)
+            return isinstance(value, str) and value.lower() in other
+        if isinstance(other, (InputRef, Product)):  # read on the config
+            other = operand_value(other, env)
+        if op == "==" or op == "!=":  # True == 1 in Python; a policy never means that
+            return (value == other and type(value) is type(other)) is (op == "==")
         if value is None or other is None:  # ordering never holds for an unset value
             return False
         if op == "multiple_of":
             return other != 0 and value % other == 0
-        return {">=": value >= other, ">": value > other, "<=": value <= other, "<": value < other}[op]
+        return _ORDER[op](value, other)
 
     def py(self, names):
         var = names[self.input]
@@ -174,19 +174,19 @@ class Test(Cond):
         if isinstance(self.operand, (InputRef, Product)):
             other = names[self.operand.name] if isinstance(self.operand, InputRef) else self.operand.py(names)
             if op in ("==", "!="):
-                return f"({var} {_PY_OPS[op]} {other})"
+                return f"({var} {op} {other})"
             if op == "multiple_of":  # the operand evaluated once, in a one-item loop
                 return (f"any({var} is not None and _d is not None and _d != 0 and {var} % _d == 0 "
                         f"for _d in ({other},))")
             guards = "".join(f"{v} is not None and " for v in (var, other) if ("nonnull", v) not in names)
-            return f"({guards}{var} {_PY_OPS[op]} {other})"
+            return f"({guards}{var} {op} {other})"
         if op == "multiple_of":
             guard = "" if ("nonnull", var) in names else f"{var} is not None and "
             return f"({guard}{self.operand!r} != 0 and {var} % {self.operand!r} == 0)"
         if op in ("==", "!="):
             return _py_eq(var, self.operand, negate=op == "!=")
         guard = "" if ("nonnull", var) in names else f"{var} is not None and "
-        return f"({guard}{var} {_PY_OPS[op]} {self.operand!r})"
+        return f"({guard}{var} {op} {self.operand!r})"
 
     def inputs(self):
         if isinstance(self.operand, InputRef):
@@ -259,8 +259,3 @@ def _py_eq(var: str, value, negate: bool = False) -> str:
     if value is None or isinstance(value, bool):
         return f"({var} is {'not ' if negate else ''}{value!r})"
     return f"({var} {'!=' if negate else '=='} {value!r})"
-
-
-def _same(a, b) -> bool:
-    # True == 1 in Python; a policy never means that
-    return a == b and type(a) is type(b)
