@@ -25,6 +25,7 @@ import engine.language.interpreter as interpret
 from engine.explain.trace import Trace
 from engine.explain.words import capability_words
 from engine.language.conditions import Cond, operand_inputs
+from engine.analysis.classes import keys_read
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
@@ -120,7 +121,7 @@ def _unused_inputs(policy) -> list[Problem]:
                 if tpl is not None:
                     read.update(f.name for f in tpl.fields)
     for table in _tables(policy):
-        read |= table.keys_read()
+        read |= keys_read(table)
     # what a decision says of its config: out of scope (leaves_out[].when), not applicable (applies)
     for _, c in policy.scope:
         cond(c)
@@ -348,7 +349,7 @@ def _gates(policy) -> tuple[list, set]:
     gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
     reads = set(policy.stages["checks"].when.inputs())
     for r in gates:
-        reads |= r.when.inputs() | r.allowed.keys_read()
+        reads |= r.when.inputs() | keys_read(r.allowed)
     return gates, reads
 
 

@@ -19,13 +19,6 @@ class Table(Record):
             return hit.lookup(env)
         return hit if hit is not None else frozenset()
 
-    def keys_read(self) -> set:
-        out = {self.key}
-        for row in list(self.rows.values()) + [self.otherwise]:
-            if isinstance(row, Table):
-                out |= row.keys_read()
-        return out
-
 
 class Rule(Record):
     """A rule of any stage. Which fields are used depends on the stage:
