@@ -14,6 +14,7 @@ import engine
 from engine.files import cache
 from engine.policy import loader
 from engine.files import catalog
+from engine.files.heads import Head
 from engine.files.reading import sha256
 from tests.helpers import ROOT, minimal_text, write_policy
 
@@ -131,7 +132,7 @@ def test_a_release_reference_on_a_warm_cache_builds_only_the_versions_it_names(f
         built = _fresh_load(ref)  # writes the entry
         loader.clear_cache()
         head = loader.load_head(path, display)
-        assert isinstance(head, loader.Head)
+        assert isinstance(head, Head)
         assert (head.family, head.version, head.models) == (built.family, built.version, built.models), ref
         assert (head.upstream is None) == (built.upstream is None), ref
         assert head.upstream is None or head.upstream.releases == built.upstream.releases, ref
