@@ -12,7 +12,6 @@ from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from engine.files.document import Document
 from engine.files.catalog import misplaced
-from engine.files.reading import ReadError, decode_utf8
 from engine.files.schema import schema_problems
 from engine.values import CANONICAL_INT, int_meant, kind, shown, typed
 
@@ -31,16 +30,6 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
                             "--min-coverage", "--max-records", "--deep", "--seed", "--sample", "--workers",
                             "--case-timeout", "--allow-incapable"})
-
-
-def parse_document(data: bytes, display: str, digest: str) -> Document:
-    """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
-    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
-
-    try:
-        return parse_yaml(decode_utf8(data, display), display, digest)
-    except ReadError as exc:
-        raise PolicyError(exc.problems) from None
 
 
 def checked_parts(doc: Document, schema: bool = True) -> "Parts":

@@ -24,7 +24,7 @@ from engine.errors import PolicyError, Problem
 from engine.files.catalog import looks_like_path, resolve_ref, version_paths
 from engine.files.document import Document
 from engine.files.heads import head_of
-from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
+from engine.files.reading import ReadError, decode_utf8, max_file_bytes, read_bytes, sha256
 from engine.files.shipped import placement, policy_root
 from engine.policy.policy import Policy
 from engine.values import shown
@@ -118,9 +118,13 @@ def load_head(path: str, display: str | None = None):
 
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
     """Parse, schema-check and check names and values. Raises PolicyError."""
-    from engine.language.parts import parse_document
+    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
 
-    return Policy.from_document(parse_document(data, display, digest), path, schema)
+    try:
+        doc = parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    return Policy.from_document(doc, path, schema)
 
 
 def clear_cache() -> None:
