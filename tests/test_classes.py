@@ -10,6 +10,7 @@ import pytest
 
 import engine
 from engine.analysis import classes as classes_mod, domain
+from engine.analysis.capability import can_run, known_gap
 from engine.analysis.classes import Classes
 from engine.analysis.diff import diff
 from engine.analysis.lint import _admitting_check, _gates, lint
@@ -62,9 +63,9 @@ def _lint_view(policy, config: dict):
         for ph, backend in d.backends.items():
             cap = policy.capabilities.get(backend)
             if cap is not None:
-                gap = cap.gap(ph, env, user)
+                gap = known_gap(cap, ph, env, user)
                 admit = _admitting_check(policy, gates, ph, backend, env) if user[ph] else None
-                verdicts.append((ph, cap.can_run(ph, env, user), gap.text if gap else None,
+                verdicts.append((ph, can_run(cap, ph, env, user), gap.text if gap else None,
                                  admit.name if admit else None))
         view += (tuple(d.backends.items()), tuple(verdicts))
     return view

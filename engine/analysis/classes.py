@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 
+from engine.analysis.capability import can_run, known_gap
 from engine.language import conditions
 from engine.language.rules import Table
 
@@ -416,7 +417,8 @@ class Classes:
 
     def capability_tests(self, ph, backend, cap):
         reads = set().union(*[e.when.inputs() for e in cap.runs + cap.gaps] or [set()]) & set(self.axis)
-        verdict = Test(lambda env, us: (cap.can_run(ph, env, us), id(cap.gap(ph, env, us))), reads, by_source=True)
+        verdict = Test(lambda env, us: (can_run(cap, ph, env, us), id(known_gap(cap, ph, env, us))), reads,
+                       by_source=True)
         admit, reads = self.admitting
         return verdict, Test(lambda env, us: id(admit(ph, backend, env)), set(reads) & set(self.axis))
 

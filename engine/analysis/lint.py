@@ -25,6 +25,7 @@ import engine.language.interpreter as interpret
 from engine.explain.trace import Trace
 from engine.explain.words import capability_words
 from engine.language.conditions import Cond, operand_inputs
+from engine.analysis.capability import can_run, known_gap
 from engine.analysis.classes import keys_read
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
@@ -287,8 +288,8 @@ def _capability_scan(policy):
                 if verdict == 0:
                     env = dict(zip(names, values))
                     user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
-                    verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
-                        (cap.gap(phase, env, user_set) or "no")
+                    verdict = verdicts[vkey] = None if can_run(cap, phase, env, user_set) else \
+                        (known_gap(cap, phase, env, user_set) or "no")
                 if verdict is None:
                     continue
                 src = sources[i]
