@@ -36,6 +36,7 @@ class Product(Frozen):
 
     FIELDS = ("factors",)
     __slots__ = FIELDS
+    SIGN = " * "
 
     def value(self, env):
         out = 1
@@ -54,7 +55,7 @@ class Product(Frozen):
         return f"(None if {guard} else {product})" if guard else f"({product})"
 
     def words(self) -> str:  # as written (explain, and a load problem, quote it)
-        return " * ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
+        return self.SIGN.join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
 
     def inputs(self) -> set:
         return {f.name for f in self.factors if isinstance(f, InputRef)}
@@ -64,6 +65,7 @@ class Quotient(Product):
     """An operand: the first factor floor-divided by each of the others, as Python's `//`."""
 
     __slots__ = ()
+    SIGN = " // "
 
     def value(self, env):
         values = [env.get(f.name) if isinstance(f, InputRef) else f for f in self.factors]
@@ -82,9 +84,6 @@ class Quotient(Product):
             return "None"
         body = " // ".join(parts)
         return f"(None if {' or '.join(guard)} else {body})" if guard else f"({body})"
-
-    def words(self) -> str:
-        return " // ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
 
 
 def operand_value(operand, env):
