@@ -2,8 +2,8 @@
 false everywhere (the policy language's spelling); `show` gives a value as a word (unset for null,
 for tables, explanations and config listings), `shown` quotes a value read from a file, a config
 or a flag in a message (null, true, 'text', clipped), `kind` names its type (a boolean, a mapping),
-`typed` both. Also the one escaping every text output goes through, and integers parsed from
-text with a bound."""
+`typed` both. Also the one escaping every text output goes through, integers parsed from text
+with a bound, and the one spelling of an integer key."""
 from __future__ import annotations
 
 import re
@@ -101,6 +101,23 @@ def escape_json(text: str) -> str:
 INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # the range of an int input (and of integers in files)
 MAX_INT_DIGITS = 20  # 64-bit values have at most 19 digits; anything longer is refused unread
 _INT = re.compile(r"[+-]?[0-9]+")
+
+
+# an integer written the one way a key is: ASCII digits, no leading zero, an optional minus (re's
+# \d would take any Unicode digit, and int() also takes blanks, '+', '_' and leading zeros: '010'
+# and '１０' both 10)
+CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,18}")
+
+
+def int_meant(text: str) -> int | None:
+    """The integer another spelling of one means to int() ('010', ' 10', '1_0', '１０'), for a
+    hint, or None when it is no integer at all."""
+    if len(text) > 64:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def parse_int(text: str) -> int | None:

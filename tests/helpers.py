@@ -86,6 +86,7 @@ def assert_bulk_equals_evaluate(policy, configs=None) -> int:
 def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     """The lint's instrumented evaluator counts the rule hits the interpreter's traces show, on every
     `every`-th config of the domain, and decides as the interpreter does."""
+    from engine.explain.trace import Trace
     from engine.language import interpreter as interpret
 
     n = len(policy.rule_list)
@@ -96,7 +97,7 @@ def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
     assert len(got) == len(sample)
     for config, (values, sources, log, viol, scope) in zip(sample, got):
-        trace = interpret.Trace()
+        trace = Trace()
         ref_d = interpret.run(policy, config, config, trace)
         assert (not viol, values, tuple(log), tuple(m for _, _, m in viol), scope) == ref_d.outcome(), config
         assert dict(zip(policy.phase_names, sources)) == ref_d.sources, config

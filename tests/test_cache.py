@@ -14,6 +14,7 @@ import engine
 from engine.files import cache
 from engine.policy import loader
 from engine.files import catalog
+from engine.files.heads import Head
 from engine.files.reading import sha256
 from tests.helpers import ROOT, minimal_text, write_policy
 
@@ -75,7 +76,7 @@ def test_a_cached_policy_decides_what_the_file_decides(folder, ref):
     assert [r.name for r in cached.rule_list] == [r.name for r in compiled.rule_list]
     config = {"enable_hisparse": True, "kv_cache_dtype": "fp8_e4m3"}
     (d1, t1), (d2, t2) = cached.trace(config), compiled.trace(config)
-    assert d1.to_dict() == d2.to_dict() and len(t1.steps) == len(t2.steps)
+    assert d1.to_dict() == d2.to_dict() and [e.op for e in t1] == [e.op for e in t2]
 
 
 @pytest.mark.parametrize("ref", SHIPPED)
@@ -131,7 +132,7 @@ def test_a_release_reference_on_a_warm_cache_builds_only_the_versions_it_names(f
         built = _fresh_load(ref)  # writes the entry
         loader.clear_cache()
         head = loader.load_head(path, display)
-        assert isinstance(head, loader.Head)
+        assert isinstance(head, Head)
         assert (head.family, head.version, head.models) == (built.family, built.version, built.models), ref
         assert (head.upstream is None) == (built.upstream is None), ref
         assert head.upstream is None or head.upstream.releases == built.upstream.releases, ref

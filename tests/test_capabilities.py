@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import engine
+from engine.analysis.capability import can_run, known_gap
 from engine.analysis.lint import lint
 from engine.files.shipped import DEFAULT_POLICY, shipped_policy_dir
 from tests.helpers import ROOT, minimal_text, run_cli, write_policy
@@ -62,16 +63,17 @@ def test_the_fp8_kernel_reads_fp8_rows_only_and_flashmla_sparse_decodes_bf16_onl
     caps = POLICY.capabilities
     fp8 = POLICY.complete({"kv_cache_dtype": "fp8_e4m3"})
     bf16 = POLICY.complete({"kv_cache_dtype": "bfloat16"})
-    assert caps["flashmla_kv"].can_run("decode", fp8) and not caps["flashmla_kv"].can_run("decode", bf16)
-    assert caps["flashmla_sparse"].can_run("decode", bf16) and not caps["flashmla_sparse"].can_run("decode", fp8)
-    assert caps["flashmla_sparse"].can_run("prefill", fp8)  # FP8 rows are dequantised for prefill
-    assert not caps["trtllm"].can_run("decode", POLICY.complete({"sm_major": 9}))
-    assert caps["trtllm"].can_run("decode", POLICY.complete({"sm_major": 10}))
-    assert not caps["triton"].can_run("decode", bf16) and caps["triton"].can_run("decode", dict(bf16, platform="hip"))
-    assert not caps["flashmla_auto"].can_run("decode", bf16) and caps["flashmla_auto"].can_run("prefill", bf16)
+    assert can_run(caps["flashmla_kv"], "decode", fp8) and not can_run(caps["flashmla_kv"], "decode", bf16)
+    assert can_run(caps["flashmla_sparse"], "decode", bf16) and not can_run(caps["flashmla_sparse"], "decode", fp8)
+    assert can_run(caps["flashmla_sparse"], "prefill", fp8)  # FP8 rows are dequantised for prefill
+    assert not can_run(caps["trtllm"], "decode", POLICY.complete({"sm_major": 9}))
+    assert can_run(caps["trtllm"], "decode", POLICY.complete({"sm_major": 10}))
+    assert not can_run(caps["triton"], "decode", bf16) and can_run(caps["triton"], "decode", dict(bf16, platform="hip"))
+    assert not can_run(caps["flashmla_auto"], "decode", bf16) and can_run(caps["flashmla_auto"], "prefill", bf16)
     tile_fp8 = dict(fp8, sm_major=8)
-    assert not caps["tilelang"].can_run("decode", tile_fp8) and caps["tilelang"].can_run("decode", dict(tile_fp8, sm_minor=9))
-    assert not any(caps["intel_xpu"].can_run(ph, bf16) for ph in POLICY.phases)
+    assert not can_run(caps["tilelang"], "decode", tile_fp8)
+    assert can_run(caps["tilelang"], "decode", dict(tile_fp8, sm_minor=9))
+    assert not any(can_run(caps["intel_xpu"], ph, bf16) for ph in POLICY.phases)
 
 
 def test_every_default_route_of_the_newest_version_is_one_its_backends_run():
@@ -83,7 +85,7 @@ def test_every_default_route_of_the_newest_version_is_one_its_backends_run():
             continue
         for phase, backend in d.backends.items():
             cap = POLICY.capabilities[backend]
-            assert cap.can_run(phase, d.config) or cap.gap(phase, d.config), (phase, backend, config)
+            assert can_run(cap, phase, d.config) or known_gap(cap, phase, d.config), (phase, backend, config)
 
 
 # -- check refuses an incapable route -------------------------------------------------------------
@@ -171,7 +173,7 @@ def test_a_user_choice_no_allow_list_vouches_for_is_not_refused():
     """Outside HiSparse no allow-list applies: the user's flashmla_kv on a BF16 cache is upstream's
     business (SGLang quantises the cache per call), not a route of the policy."""
     d = POLICY.evaluate({"kv_cache_dtype": "bfloat16", "dsa_decode_backend": "flashmla_kv"})
-    assert d.ok and not POLICY.capabilities["flashmla_kv"].can_run("decode", d.config)
+    assert d.ok and not can_run(POLICY.capabilities["flashmla_kv"], "decode", d.config)
     assert [p for p in lint(POLICY)[0] if p.code == "L407"] == []
 
 

@@ -10,10 +10,12 @@ import pytest
 
 import engine
 from engine.analysis import classes as classes_mod, domain
+from engine.analysis.capability import can_run, known_gap
 from engine.analysis.classes import Classes
 from engine.analysis.diff import diff
 from engine.analysis.lint import _admitting_check, _gates, lint
 from engine.analysis.outcomes import outcome_of
+from engine.explain.trace import Trace
 from engine.language import interpreter as interpret
 from tests.helpers import FIXTURES
 
@@ -47,7 +49,7 @@ def _corners(cube):
 
 def _lint_view(policy, config: dict):
     """What the lint reads of one config, from the interpreter."""
-    trace = interpret.Trace()
+    trace = Trace()
     d = interpret.run(policy, config, config, trace)
     steps = tuple((s.stage, s.rule.name if s.rule else None, s.holds, s.phase, s.violated, s.chosen)
                   for s in trace.steps)
@@ -61,9 +63,9 @@ def _lint_view(policy, config: dict):
         for ph, backend in d.backends.items():
             cap = policy.capabilities.get(backend)
             if cap is not None:
-                gap = cap.gap(ph, env, user)
+                gap = known_gap(cap, ph, env, user)
                 admit = _admitting_check(policy, gates, ph, backend, env) if user[ph] else None
-                verdicts.append((ph, cap.can_run(ph, env, user), gap.text if gap else None,
+                verdicts.append((ph, can_run(cap, ph, env, user), gap.text if gap else None,
                                  admit.name if admit else None))
         view += (tuple(d.backends.items()), tuple(verdicts))
     return view

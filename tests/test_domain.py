@@ -313,13 +313,14 @@ def test_diff_v3_to_v4_equals_direct_evaluation(where, total):
 
 def _direct_lint_codes(policy):
     """L401-L403 from interpreter traces of every config (the definition)."""
+    from engine.explain.trace import Trace
     from engine.language import interpreter as interpret
 
     held, chosen, contradiction = set(), set(), {}
     defaults = {r.name for r in policy.stages["defaults"].rules}
     reads = _phases_read(policy)
     for config in policy.domain():
-        trace = interpret.Trace()
+        trace = Trace()
         d = interpret.run(policy, config, config, trace)
         for step in trace.steps:
             if step.rule is not None and step.holds and step.rule.stage != "defaults":
@@ -363,6 +364,7 @@ def test_lint_of_v10_equals_direct_evaluation():
     config (a trace costs about 120 us: all 479,232 would add a minute): what the sample sees held
     or chosen is never reported as dead or shadowed. The whole-domain L401/L402 comparison runs on
     v1, v2 and the synthetic policies below."""
+    from engine.explain.trace import Trace
     from engine.language import interpreter as interpret
 
     policy = engine.load_policy("dsa-backends@10")
@@ -381,7 +383,7 @@ def test_lint_of_v10_equals_direct_evaluation():
     for k, config in enumerate(policy.domain()):
         if k % 97:
             continue
-        trace = interpret.Trace()
+        trace = Trace()
         interpret.run(policy, config, config, trace)
         for step in trace.steps:
             if step.rule is not None and step.holds and step.rule.stage != "defaults":

@@ -60,7 +60,7 @@ def test_a_missing_package_is_an_import_error_of_the_engine_in_the_api(monkeypat
 
     monkeypatch.setitem(sys.modules, "jsonschema", None)
     monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
-    from engine.language import schema
+    from engine.files import schema
 
     monkeypatch.setattr(schema, "_validators", {})
     loader.clear_cache()

@@ -5,6 +5,7 @@ import json
 import pytest
 
 import engine
+from engine.explain.trace import Trace
 from tests.helpers import assert_bulk_equals_evaluate, assert_probe_counts_like_traces, load_text, run_cli
 
 FEATURES = """
@@ -154,7 +155,8 @@ def test_int_bounds(policy):
 
 
 def test_explain_mentions_every_rule(policy):
-    d, trace = policy.trace({"note": "x", "level": 9})
+    d, events = policy.trace({"note": "x", "level": 9})
+    trace = Trace(events)
     names = {s.rule.name for s in trace.steps if s.rule is not None}
     # every rule is tried except the defaults after the one chosen
     assert names == {r.name for r in policy.rule_list} - {"fallback"}

@@ -28,9 +28,11 @@ LAYERS = [
      "base: problems and error types, value parsing and display, did-you-mean, the version, the progress "
      "line, and SGLang's release registry (data and one release parser, the standard library only: the "
      "policy files' release references, the plugin, conform and the model reader all read it)"),
-    (("engine.files",), "reading files and streams safely, where the shipped policy files lie, which file a reference names"),
+    (("engine.files",), "reading files and streams safely, where the shipped policy files lie, which file a "
+                        "reference names, a document's shape against a shipped JSON Schema"),
     (("engine.language",), "what a policy document means: inputs, rules, conditions, parts, compiled evaluator"),
     (("engine.policy",), "a loaded policy: loading, caching, evaluating"),
+    (("engine.explain",), "policies and evaluations in words: conditions, capabilities, trace events as steps"),
     (("engine.analysis",), "whole-domain analyses of loaded policies: diff, table, lint, policy tests"),
     (("engine.sglang",), "SGLang's side: launch commands, config files, models, ServerArgs, conform (uses analysis)"),
     (("engine.serving",), "long-running use: the reloading store and decision records (reads SGLang sources)"),

@@ -10,6 +10,29 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from engine.explain.words import capability_words
+
+
+def can_run(cap, phase: str, env: dict, user_set: dict | None = None) -> bool:
+    """Whether an entry of the backend's `runs` covers (phase, config). `user_set`: phase ->
+    whether the user set its backend (an entry may hold only for a user's choice); a phase not
+    given was not set."""
+    return any(_covers(e, phase, env, user_set) for e in cap.runs)
+
+
+def known_gap(cap, phase: str, env: dict, user_set: dict | None = None):
+    """The entry of the backend's `known_gaps` that covers (phase, config), or None."""
+    return next((e for e in cap.gaps if _covers(e, phase, env, user_set)), None)
+
+
+def _covers(entry, phase: str, env: dict, user_set: dict | None) -> bool:
+    return phase in entry.phases and entry.when.eval(env, _UserSet(user_set or {}))
+
+
+class _UserSet(dict):
+    def __missing__(self, key):
+        return False
+
 
 class Incapable(namedtuple("Incapable", "phase backend source runs capability gap")):
     """phase, backend: the route; source: "user" or the rule that chose the backend; runs: where
@@ -46,10 +69,10 @@ def incapable(decision) -> list[Incapable]:
     out = []
     for phase, backend in decision.backends.items():
         cap = caps.get(backend)
-        if cap is None or cap.can_run(phase, env, user_set):
+        if cap is None or can_run(cap, phase, env, user_set):
             continue
-        gap = cap.gap(phase, env, user_set)
-        out.append(Incapable(phase, backend, sources[phase], cap.words(phase), _where(policy, cap),
+        gap = known_gap(cap, phase, env, user_set)
+        out.append(Incapable(phase, backend, sources[phase], capability_words(cap, phase), _where(policy, cap),
                              gap.text if gap is not None else None))
     return out
 

@@ -19,11 +19,22 @@ from __future__ import annotations
 
 import itertools
 
+from engine.analysis.capability import can_run, known_gap
 from engine.language import conditions
+from engine.language.rules import Table
 
 _LIMIT = 4096  # the most value combinations one test is evaluated on at once; beyond, split first
 _COMPUTED = (conditions.InputRef, conditions.Product)
 _IF, _FORK, _READ, _FIRST, _SET, _SRC, _USER, _SCOPE, _VIOL, _STOP, _GOTO, _CLEAN, _CAP, _END = range(14)
+
+
+def keys_read(table) -> set:
+    """The inputs an allowed-backend table (nested ones too) is keyed on."""
+    out = {table.key}
+    for row in (*table.rows.values(), table.otherwise):
+        if isinstance(row, Table):
+            out |= keys_read(row)
+    return out
 
 
 class Const:
@@ -122,7 +133,7 @@ class _Program:
         names = set()
         for f in template.fields:
             if f.name == "allowed" and table is not None:
-                names |= table.keys_read()
+                names |= keys_read(table)
             else:
                 names.add(phases[f.name].input if f.name in phases else f.name)
         self.op(_FIRST if first else _READ, _values(names), bind)
@@ -185,7 +196,7 @@ class _Program:
                 else:
                     table = rule.allowed
                     test = Test(lambda env, us, t=table: env.get("backend") in t.lookup(env),
-                                table.keys_read() | {"backend"})
+                                keys_read(table) | {"backend"})
                 ok = self.op(_IF, test, bind, None)
                 passed = self.op(_GOTO, None)
                 self.patch([ok])
@@ -406,7 +417,8 @@ class Classes:
 
     def capability_tests(self, ph, backend, cap):
         reads = set().union(*[e.when.inputs() for e in cap.runs + cap.gaps] or [set()]) & set(self.axis)
-        verdict = Test(lambda env, us: (cap.can_run(ph, env, us), id(cap.gap(ph, env, us))), reads, by_source=True)
+        verdict = Test(lambda env, us: (can_run(cap, ph, env, us), id(known_gap(cap, ph, env, us))), reads,
+                       by_source=True)
         admit, reads = self.admitting
         return verdict, Test(lambda env, us: id(admit(ph, backend, env)), set(reads) & set(self.axis))
 

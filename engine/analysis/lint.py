@@ -22,7 +22,11 @@ behaviour: it is not reported.
 from __future__ import annotations
 
 import engine.language.interpreter as interpret
+from engine.explain.trace import Trace
+from engine.explain.words import capability_words
 from engine.language.conditions import Cond, operand_inputs
+from engine.analysis.capability import can_run, known_gap
+from engine.analysis.classes import keys_read
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
@@ -118,7 +122,7 @@ def _unused_inputs(policy) -> list[Problem]:
                 if tpl is not None:
                     read.update(f.name for f in tpl.fields)
     for table in _tables(policy):
-        read |= table.keys_read()
+        read |= keys_read(table)
     # what a decision says of its config: out of scope (leaves_out[].when), not applicable (applies)
     for _, c in policy.scope:
         cond(c)
@@ -233,7 +237,7 @@ def _winners(policy, shadowed, classes=None) -> dict:
     out: dict = {n: set() for n in names}
     configs = policy.domain() if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
     for config in configs:
-        trace = interpret.Trace()
+        trace = Trace()
         interpret.run(policy, config, config, trace)
         matched = {r.name for r in trace.default_matches} & names
         if matched:
@@ -284,8 +288,8 @@ def _capability_scan(policy):
                 if verdict == 0:
                     env = dict(zip(names, values))
                     user_set = {ph: src == "user" for ph, src in zip(policy.phase_names, sources)}
-                    verdict = verdicts[vkey] = None if cap.can_run(phase, env, user_set) else \
-                        (cap.gap(phase, env, user_set) or "no")
+                    verdict = verdicts[vkey] = None if can_run(cap, phase, env, user_set) else \
+                        (known_gap(cap, phase, env, user_set) or "no")
                 if verdict is None:
                     continue
                 src = sources[i]
@@ -332,7 +336,7 @@ def _capability_problems(policy, found: dict, gaps: dict) -> tuple[list[Problem]
             what = f"{rule.stage} rule '{name}' routes the {phase} phase to {backend}"
             path = rule.path
         out.append(_problem(policy, "L407", f"{what}, which cannot run it, e.g. for {shown}: "
-                            f"{cap.words(phase)} (capabilities of {backend}, line {line})", path))
+                            f"{capability_words(cap, phase)} (capabilities of {backend}, line {line})", path))
     by_reason: dict = {}  # one note per stated gap: which routes, how many
     for (backend, phase, text), n in gaps.items():
         by_reason.setdefault(text, []).append(f"{backend} {phase} {n}")
@@ -346,7 +350,7 @@ def _gates(policy) -> tuple[list, set]:
     gates = [r for r in policy.stages["checks"].rules if r.for_each_phase and r.allowed is not None]
     reads = set(policy.stages["checks"].when.inputs())
     for r in gates:
-        reads |= r.when.inputs() | r.allowed.keys_read()
+        reads |= r.when.inputs() | keys_read(r.allowed)
     return gates, reads
 
 

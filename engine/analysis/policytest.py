@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from engine.errors import ConfigError, PolicyError, Problem
-from engine.language.schema import schema_problems
+from engine.explain.trace import Trace
+from engine.files.schema import schema_problems
 from engine.suggest import did_you_mean
 from engine.files.load import load_document
 from engine.files.reading import ReadError
@@ -136,7 +137,7 @@ def _run_case(policy, case: dict, line: int, covered: set) -> CaseResult:
             res.mismatches.append((what, expected, actual))
 
     try:
-        decision, trace = policy.trace(case["config"])
+        decision, events = policy.trace(case["config"])
     except ConfigError as exc:
         first = exc.problems[0]
         if exp.get("error") != first.code:
@@ -145,7 +146,7 @@ def _run_case(policy, case: dict, line: int, covered: set) -> CaseResult:
         return res
     if "error" in exp:
         check("error", exp["error"], None)
-    for step in trace.steps:
+    for step in Trace(events).steps:
         r = step.rule
         if r is None:
             continue

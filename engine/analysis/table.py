@@ -10,6 +10,7 @@ import itertools
 
 from engine.analysis.domain import PROGRESS_EVERY, check_size
 from engine.analysis.outcomes import cube_terms, minimize, minimize_known
+from engine.explain.words import words as cond_words
 
 
 def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
@@ -115,7 +116,7 @@ def _upstream_json(policy) -> dict | None:
                               ("commit", up.commit), ("pr", up.pr)) if v is not None}
     out["note"] = up.note
     if up.leaves_out:
-        words = {index: cond.words() for index, cond in policy.scope}
+        words = {index: cond_words(cond) for index, cond in policy.scope}
         out["leaves_out"] = [dict({"where": w, "why": y}, **({"when": words[i]} if i in words else {}))
                              for i, (w, y, _) in enumerate(up.leaves_out)]
     return out

@@ -82,13 +82,13 @@ def cmd_explain(argv) -> int:
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     g = combined(policy, layers_from_args(policy, ns, ns.config, launch))
-    decision, trace = policy.trace(g.config)
+    decision, events = policy.trace(g.config)
     from engine.cli.decision_text import explanation_json, explanation_text
 
     if ns.format == "json":
-        emit_json(explanation_json(decision, trace))
+        emit_json(explanation_json(decision, events))
     else:
-        print(explanation_text(decision, trace, g.origins))
+        print(explanation_text(decision, events, g.origins))
     return OK if decision.ok else VIOLATION
 
 

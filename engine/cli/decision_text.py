@@ -1,6 +1,7 @@
 """Decisions and explanations as text an operator reads (and the explanation as data, its JSON form)."""
 from __future__ import annotations
 
+from engine.explain.trace import Trace
 from engine.language.decision import Decision
 from engine.values import one_line, show
 
@@ -64,9 +65,9 @@ def decision_text(d: Decision, origins: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def explanation_text(d: Decision, trace, origins: dict | None = None) -> str:
-    """`trace`: the interpret.Trace of the decision; `origins` as for decision_text."""
-    p = d.policy
+def explanation_text(d: Decision, events, origins: dict | None = None) -> str:
+    """`events`: the decision's trace events (Policy.trace); `origins` as for decision_text."""
+    p, trace = d.policy, Trace(events)
     out = [f"Policy {one_line(p.ref)} ({one_line(p.file)}, sha256:{p.sha256[:12]})"
            + (f", models {one_line(p.upstream.label())}" if p.upstream else ""),
            f"Config: {config_line(p, p.complete(p.normalize(d.input)))}"]
@@ -122,14 +123,14 @@ def explanation_text(d: Decision, trace, origins: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def explanation_json(d: Decision, trace) -> dict:
+def explanation_json(d: Decision, events) -> dict:
     """The explanation as data (`hisparse explain --format json`): the policy and its file, the
     config completed with the policy's defaults, each stage the evaluator ran (its condition and
     every rule it tried, in order, with the result in the words of the text form), the rule
     evaluation stopped at, and the decision as `evaluate --format json` gives it."""
     from engine.analysis.capability import decision_json
 
-    p = d.policy
+    p, trace = d.policy, Trace(events)
     stages = []
     for step in trace.steps:
         if step.rule is None or not stages:

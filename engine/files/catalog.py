@@ -8,7 +8,7 @@ import re
 
 import engine.files.releases as releases
 from engine.errors import PolicyError, Problem
-from engine.files.shipped import default_policy_dir, policy_root, shipped_policy_dir
+from engine.files.shipped import default_policy_dir, placement, policy_root, shipped_policy_dir
 from engine.values import clip, parse_int, shown
 
 _REF = re.compile(r"(?P<family>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:@(?P<version>[0-9]+))?")
@@ -64,6 +64,21 @@ def version_files(folder: str) -> dict[int, list[str]]:
         if m:
             out.setdefault(int(m.group(1)), []).append(name)
     return {v: sorted(names) for v, names in out.items()}
+
+
+def misplaced(file: str, family: str, version: int) -> list[tuple[str, str]]:
+    """A file named v<N>.yaml inside a folder must be version N of the family of that name (E312):
+    (message, the key it is about) for each way the policy at `file` is not."""
+    parent, base = placement(file)
+    match = re.fullmatch(r"v(\d+)\.ya?ml", base)
+    if not match or parent in ("", "tests"):
+        return []
+    out = []
+    if int(match.group(1)) != version:
+        out.append((f"version {version} in a file named {base}", "version"))
+    if parent != family and re.fullmatch(r"[a-z][a-z0-9-]*", parent):
+        out.append((f"family '{family}' in a folder named '{parent}'", "policy"))
+    return out
 
 
 def duplicate_version(family: str, version: int, names, folder: str, file: str = "") -> Problem:

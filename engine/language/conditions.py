@@ -1,6 +1,6 @@
 """Conditions of the policy language: parsed once into a small tree, then evaluated (the
-interpreter, for explain and coverage), rendered as words, or turned into a Python expression (the
-compiled evaluator).
+interpreter) or turned into a Python expression (the compiled evaluator); engine/explain words
+them.
 
 A condition is a mapping; its entries all hold (AND):
     input: VALUE                 equality
@@ -16,11 +16,12 @@ unset or a divisor is 0). The same operands give a resolve rule's `set` a comput
 """
 from __future__ import annotations
 
+import operator
+
 from engine.language.record import Frozen
-from engine.values import show as _word
 
 COMBINATORS = ("any", "all", "not", "user_set")
-_PY_OPS = {"==": "==", "!=": "!=", ">=": ">=", ">": ">", "<=": "<=", "<": "<"}
+_ORDER = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 class InputRef(Frozen):
@@ -35,6 +36,7 @@ class Product(Frozen):
 
     FIELDS = ("factors",)
     __slots__ = FIELDS
+    SIGN = " * "
 
     def value(self, env):
         out = 1
@@ -52,8 +54,8 @@ class Product(Frozen):
         product = " * ".join(parts)
         return f"(None if {guard} else {product})" if guard else f"({product})"
 
-    def words(self) -> str:
-        return " * ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
+    def words(self) -> str:  # as written (explain, and a load problem, quote it)
+        return self.SIGN.join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
 
     def inputs(self) -> set:
         return {f.name for f in self.factors if isinstance(f, InputRef)}
@@ -63,6 +65,7 @@ class Quotient(Product):
     """An operand: the first factor floor-divided by each of the others, as Python's `//`."""
 
     __slots__ = ()
+    SIGN = " // "
 
     def value(self, env):
         values = [env.get(f.name) if isinstance(f, InputRef) else f for f in self.factors]
@@ -82,9 +85,6 @@ class Quotient(Product):
         body = " // ".join(parts)
         return f"(None if {' or '.join(guard)} else {body})" if guard else f"({body})"
 
-    def words(self) -> str:
-        return " // ".join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
-
 
 def operand_value(operand, env):
     """A `set` value or comparison operand, evaluated: an input's current value, a product or a
@@ -100,12 +100,6 @@ def operand_py(operand, names) -> str:
     return operand.py(names) if isinstance(operand, Product) else repr(operand)
 
 
-def operand_words(operand) -> str:
-    if isinstance(operand, InputRef):
-        return operand.name
-    return operand.words() if isinstance(operand, Product) else _word(operand)
-
-
 def operand_inputs(operand) -> set:
     if isinstance(operand, InputRef):
         return {operand.name}
@@ -114,15 +108,12 @@ def operand_inputs(operand) -> set:
 
 class Cond(Frozen):
     """Base of the condition tree: eval(env, user_set) -> bool; py(names): a Python expression over
-    the local names in `names` (input -> variable); words(); explain(): (holds, words) per leaf
-    test, in order; inputs(): the inputs read. `path`: where it sits in the YAML."""
+    the local names in `names` (input -> variable); inputs(): the inputs read. `path`: where it
+    sits in the YAML."""
 
     __slots__ = ()
     DEFAULTS = {"path": ()}
     path = ()
-
-    def explain(self, env: dict, user_set: dict) -> list[tuple[bool, str]]:
-        return [(self.eval(env, user_set), self.words())]
 
     def inputs(self) -> set[str]:
         return set()
@@ -139,38 +130,30 @@ class TrueCond(Cond):
     def py(self, names):
         return "True"
 
-    def words(self):
-        return "always"
-
-    def explain(self, env, user_set):
-        return []
-
 
 class Test(Cond):
     FIELDS = ("input", "op", "operand", "path")  # operand: a scalar, a frozenset (in/not_in), a bool (set) or an InputRef
     __slots__ = FIELDS
 
     def eval(self, env, user_set):
-        value = env.get(self.input)
-        op = self.op
-        if op == "set":
-            return (value is not None) is self.operand
+        value, op, other = env.get(self.input), self.op, self.operand
         if op == "in":
-            return value in self.operand
+            return value in other
         if op == "not_in":
-            return value not in self.operand
+            return value not in other
+        if op == "set":
+            return (value is not None) is other
         if op == "lower_in":
-            return isinstance(value, str) and value.lower() in self.operand
-        other = operand_value(self.operand, env)
-        if op == "==":
-            return _same(value, other)
-        if op == "!=":
-            return not _same(value, other)
+            return isinstance(value, str) and value.lower() in other
+        if isinstance(other, (InputRef, Product)):  # read on the config
+            other = operand_value(other, env)
+        if op == "==" or op == "!=":  # True == 1 in Python; a policy never means that
+            return (value == other and type(value) is type(other)) is (op == "==")
         if value is None or other is None:  # ordering never holds for an unset value
             return False
         if op == "multiple_of":
             return other != 0 and value % other == 0
-        return {">=": value >= other, ">": value > other, "<=": value <= other, "<": value < other}[op]
+        return _ORDER[op](value, other)
 
     def py(self, names):
         var = names[self.input]
@@ -190,36 +173,19 @@ class Test(Cond):
         if isinstance(self.operand, (InputRef, Product)):
             other = names[self.operand.name] if isinstance(self.operand, InputRef) else self.operand.py(names)
             if op in ("==", "!="):
-                return f"({var} {_PY_OPS[op]} {other})"
+                return f"({var} {op} {other})"
             if op == "multiple_of":  # the operand evaluated once, in a one-item loop
                 return (f"any({var} is not None and _d is not None and _d != 0 and {var} % _d == 0 "
                         f"for _d in ({other},))")
             guards = "".join(f"{v} is not None and " for v in (var, other) if ("nonnull", v) not in names)
-            return f"({guards}{var} {_PY_OPS[op]} {other})"
+            return f"({guards}{var} {op} {other})"
         if op == "multiple_of":
             guard = "" if ("nonnull", var) in names else f"{var} is not None and "
             return f"({guard}{self.operand!r} != 0 and {var} % {self.operand!r} == 0)"
         if op in ("==", "!="):
             return _py_eq(var, self.operand, negate=op == "!=")
         guard = "" if ("nonnull", var) in names else f"{var} is not None and "
-        return f"({guard}{var} {_PY_OPS[op]} {self.operand!r})"
-
-    def words(self):
-        op = self.op
-        if op == "set":
-            return f"{self.input} is {'set' if self.operand else 'unset'}"
-        if op in ("in", "not_in", "lower_in"):
-            listed = ", ".join(_word(v) for v in sorted(self.operand, key=repr))
-            return f"{self.input} {({'in': 'in', 'not_in': 'not in'}).get(op, 'in lower case in')} [{listed}]"
-        if isinstance(self.operand, InputRef):
-            other = self.operand.name
-        elif isinstance(self.operand, Product):
-            other = self.operand.words()
-        else:
-            other = _word(self.operand)
-        if op == "multiple_of":
-            return f"{self.input} is a multiple of {other}"
-        return f"{self.input} {op} {other}"
+        return f"({guard}{var} {op} {self.operand!r})"
 
     def inputs(self):
         if isinstance(self.operand, InputRef):
@@ -240,9 +206,6 @@ class UserSet(Cond):
         var = names[("user_set", self.phase)]
         return var if self.expected else f"(not {var})"
 
-    def words(self):
-        return f"{self.phase} backend {'set' if self.expected else 'not set'} by the user"
-
 
 class All(Cond):
     FIELDS = ("items", "path")
@@ -255,30 +218,18 @@ class All(Cond):
     def py(self, names):
         return "(" + f" {self.JOIN} ".join(c.py(names) for c in self.items) + ")"
 
-    def words(self):
-        return " and ".join(_group(c) for c in self.items)
-
-    def explain(self, env, user_set):
-        return [x for c in self.items for x in c.explain(env, user_set)]
-
     def inputs(self):
         return set().union(*(c.inputs() for c in self.items))
 
 
 class Any(All):
-    """Holds when one of its items does; explained as one test."""
+    """Holds when one of its items does."""
 
     __slots__ = ()
     JOIN = "or"
 
     def eval(self, env, user_set):
         return any(c.eval(env, user_set) for c in self.items)
-
-    def words(self):
-        return "any of (" + "; ".join(c.words() for c in self.items) + ")"
-
-    def explain(self, env, user_set):
-        return Cond.explain(self, env, user_set)
 
 
 class Not(Cond):
@@ -290,9 +241,6 @@ class Not(Cond):
 
     def py(self, names):
         return f"(not {self.item.py(names)})"
-
-    def words(self):
-        return f"not ({self.item.words()})"
 
     def inputs(self):
         return self.item.inputs()
@@ -306,17 +254,7 @@ def conj(*conds: Cond) -> Cond:
     return items[0] if len(items) == 1 else All(items)
 
 
-def _same(a, b) -> bool:
-    # True == 1 in Python; a policy never means that
-    return a == b and type(a) is type(b)
-
-
 def _py_eq(var: str, value, negate: bool = False) -> str:
     if value is None or isinstance(value, bool):
         return f"({var} is {'not ' if negate else ''}{value!r})"
     return f"({var} {'!=' if negate else '=='} {value!r})"
-
-
-def _group(c: Cond) -> str:
-    text = c.words()
-    return f"({text})" if isinstance(c, Any) and " and " in text else text

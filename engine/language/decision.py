@@ -13,15 +13,8 @@ class Violation(namedtuple("Violation", "check message location phase stage rais
     __slots__ = ()
 
     def to_dict(self) -> dict:
-        out = {"check": self.check, "message": self.message, "location": self.location}
-        if self.phase is not None:
-            out["phase"] = self.phase
-        if self.stage != "checks":
-            out["stage"] = self.stage
-        out["raises"] = self.raises
-        if self.part is not None:
-            out["part"] = self.part
-        return out
+        """The fields in order, but an unset phase or part, and the stage when it is checks."""
+        return {k: v for k, v in zip(self._fields, self) if v is not None and (k, v) != ("stage", "checks")}
 
 
 class Decision:

@@ -85,17 +85,3 @@ class Upstream(Frozen):
     def models(self, release: str) -> bool:
         """Whether this version models exactly that release of its project."""
         return release in self.releases
-
-    def left_out_entry(self, where: str | None) -> tuple | None:
-        """The leaves_out entry (where, why, has a when) whose place `where` ("path/file.py:LINE
-        function") lies in, or None."""
-        if not where:
-            return None
-        path, _, rest = where.partition(":")
-        func = rest.split(" ", 1)[1] if " " in rest else ""
-        for entry in self.leaves_out:
-            p_path, _, p_func = entry[0].partition(":")
-            # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
-            if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
-                return entry
-        return None

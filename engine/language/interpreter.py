@@ -1,7 +1,5 @@
 """The policy language's semantics: the evaluator of single decisions, as a walk over the loaded
-rules. With a Trace it also records every stage, rule and check tried, in words, for `hisparse
-explain`, rule coverage and the lint; without one it builds no words. Whole domains use the bulk
-evaluator (compiler.py), which tests hold to this one.
+rules. Whole domains use the bulk evaluator (compiler.py), which tests hold to this one.
 
 Semantics, in order:
 1. resolve (when its stage condition holds): each rule whose `when` holds, in order: if it has a
@@ -15,37 +13,43 @@ Semantics, in order:
    fails is a violation, in order; per-phase checks run once per phase, in declared order, with
    {phase} and {backend} bound.
 A stage's condition is read once, when the stage starts.
+
+With a tracer, each thing the evaluator reads or does is reported to it as an Event, in order, as
+OPA's topdown tracer reports its steps; engine/explain turns them into words. Without one, no
+event is made.
 """
 from __future__ import annotations
 
-from engine.language.conditions import operand_inputs, operand_value, operand_words
+from collections import namedtuple
+
+from engine.language.conditions import operand_value
 from engine.language.decision import Decision
-from engine.language.record import Record
 
 
-class Step(Record):
-    """One thing the evaluator looked at. rule: None for the stage's own condition; holds: the
-    condition held (for a check: it applied); why: [(bool, words)] per test of the condition;
-    chosen: the default rule that filled the phases."""
+class Event(namedtuple("Event", ("op", "stage", "rule", "phase", "node", "holds", "env", "name", "value"),
+                       defaults=(None,) * 8)):
+    """One step of an evaluation. `stage`: resolve, defaults, checks (the stage of `rule`), or
+    checks_at_defaults for the stage condition read before the checks placed `at: defaults`;
+    `phase`: the phase a per-phase check runs for; `node`: the condition read; `holds`: its value;
+    `env`: the inputs' values it was read on (with {phase} and {backend} in a per-phase check).
 
-    FIELDS = ("stage", "rule", "holds", "why", "phase", "outcome", "violated", "chosen")
-    __slots__ = FIELDS
-    DEFAULTS = {"phase": None, "outcome": "", "violated": False, "chosen": False}
+    start     env: the config; value: phase -> whether the user set its backend
+    stage     a stage's condition read (no rule)
+    rule      a rule's `when` read
+    require   a rule's requirement read (in the checks stage: holds, the check passed)
+    allowed   a per-phase check's allow-list read: value, the set; holds, the backend is in it
+    set       a resolve rule wrote input `name` (of `phase`, for a phase's backend): value
+    chosen    the default rule that fills the phases
+    fill      it filled `phase` with backend `value`
+    keep      it left `phase` at backend `value`, set before it
+    matches   value: every default rule whose `when` holds as the defaults stage starts
+    log       a rule rendered its log line, `value` (a default's waits for the checks at defaults)
+    withheld  a check at defaults failed: the default's log line `value` is not emitted
+    violated  `rule` refused the config: value, the message
+    stop      evaluation stops at `rule`: later stages do not run
+    """
 
-
-class Trace:
-    """Steps in order; the rule that stopped evaluation; every default rule whose condition held
-    when the defaults stage ran, chosen or not (what the lint needs to find shadowed defaults)."""
-
-    def __init__(self):
-        self.steps: list[Step] = []
-        self.stopped_by = None
-        self.default_matches: list = []
-
-    def add(self, stage, rule, cond, env, user_set, phase=None) -> Step:
-        step = Step(stage, rule, cond.eval(env, user_set), cond.explain(env, user_set), phase)
-        self.steps.append(step)
-        return step
+    __slots__ = ()
 
 
 class Part:
@@ -61,145 +65,188 @@ class Part:
 WHOLE = Part(("resolve", "defaults", "checks"))
 
 
-def run(policy, cfg: dict, given=None, trace: Trace | None = None, prelude=(), part: Part = WHOLE) -> Decision:
+def run(policy, cfg: dict, given=None, tracer=None, prelude=(), part: Part = WHOLE) -> Decision:
     """Evaluate a complete, canonical config (every input present and valid). `prelude`: log
     lines that come first (deprecated spellings in the config as given). `part`: the stages (and
-    checks) to run; the others are skipped, the config passing through them unchanged."""
-    env = dict(cfg)
-    phases = policy.phases
-    user_set = {ph: env[spec.input] is not None for ph, spec in phases.items()}
-    sources = {ph: ("user" if user_set[ph] else None) for ph in phases}
-    log: list[str] = list(prelude)
-    stages = ["parse"] * len(log)  # the stage that made each log line
-    raw: list = []
-    index = policy.rule_index
-
-    def ctx(extra=()) -> dict:  # template fields: the inputs, each phase's backend, and `extra`
-        out = dict(env)
-        out.update({ph: env[spec.input] for ph, spec in phases.items()})
-        out.update(extra)
-        return out
-
-    def holds(stage, rule, cond, phase=None) -> tuple:
-        """Whether `cond` holds, and the trace step recording it (None without a trace)."""
-        if trace is None:
-            return cond.eval(env, user_set), None
-        step = trace.add(stage, rule, cond, env, user_set, phase)
-        return step.holds, step
-
+    checks) to run; the others are skipped, the config passing through them unchanged.
+    `tracer`: called with each Event, in order."""
+    ev = _Run(policy, cfg, prelude, part) if tracer is None else _Traced(policy, cfg, prelude, part, tracer)
+    env, user_set = ev.env, ev.user_set
     # what the decision covers, read on the config as given (before any rule rewrites it)
     scope = next((i for i, cond in policy.scope if cond.eval(env, user_set)), None)
     na = tuple(name for name, cond in policy.applies.items() if not cond.eval(env, user_set))
+    ev.stages_in_order()
+    return Decision(policy, tuple(env[name] for name in policy.input_names), tuple(ev.sources.values()), ev.log,
+                    ev.raw, cfg if given is None else given, scope, na, ev.log_stages)
 
-    def finish() -> Decision:
-        return Decision(policy, tuple(env[name] for name in policy.input_names),
-                        tuple(sources[ph] for ph in phases), log, raw, cfg if given is None else given, scope, na,
-                        stages)
 
-    def run_checks(rules, label) -> bool:
-        """Run `rules` (checks) in order when the checks stage's condition holds; whether any failed."""
-        if not holds(label, None, policy.stages["checks"].when)[0]:
-            return False
-        before = len(raw)
-        for rule in rules:
-            for ph in (phases if rule.for_each_phase else (None,)):
-                if part.check is not None and not part.check(rule, ph):
-                    continue
-                if ph is not None:  # reserved names: never an input's
-                    env["phase"], env["backend"] = ph, env[phases[ph].input]
-                applies, step = holds("checks", rule, rule.when, ph)
-                if applies:
-                    extra = {"phase": ph, "backend": env["backend"]} if ph is not None else {}
-                    if rule.require is not None:
-                        passed = rule.require.eval(env, user_set)
-                        if step:
-                            step.why = step.why + rule.require.explain(env, user_set)
-                    else:
-                        extra["allowed"] = allowed = rule.allowed.lookup(env)
-                        passed = env["backend"] in allowed
-                        if step:
-                            step.why = step.why + [(passed, f"backend {env['backend']} in allowed {sorted(allowed)}")]
-                    if not passed:
-                        raw.append((index[id(rule)], ph, rule.message.render(ctx(extra))))
-                    if step:
-                        step.violated, step.outcome = not passed, "violated" if not passed else "passed"
-                if ph is not None:
-                    del env["phase"], env["backend"]
-        return len(raw) > before
+class _Run:
+    """One evaluation: the config as the rules rewrite it (`env`), which phases' backends the user
+    set, where each phase's backend came from, the log lines with the stage that made each, and
+    the violations: (rule index into policy.rule_list, phase or None, message)."""
 
-    # 1. resolve
-    stage = policy.stages["resolve"]
-    if "resolve" in part.stages and holds("resolve", None, stage.when)[0]:
+    __slots__ = ("policy", "part", "env", "user_set", "sources", "log", "log_stages", "raw")
+
+    def __init__(self, policy, cfg: dict, prelude, part: Part):
+        self.policy, self.part, self.env = policy, part, dict(cfg)
+        self.user_set = {ph: cfg[spec.input] is not None for ph, spec in policy.phases.items()}
+        self.sources = {ph: "user" if user else None for ph, user in self.user_set.items()}
+        self.log = list(prelude)
+        self.log_stages = ["parse"] * len(self.log)
+        self.raw: list = []
+
+    def stages_in_order(self) -> None:
+        stages = self.part.stages
+        if "resolve" in stages and not self.resolve():
+            return
+        line = self.defaults() if "defaults" in stages else None
+        early, late = self.policy.check_order
+        if early and "defaults" in stages and self.checks(early, "checks_at_defaults"):
+            self.note("stop", self.policy.rule_list[self.raw[0][0]])
+            if line is not None:
+                self.note("withheld", stage="defaults", value=line)
+            return
+        if line is not None:
+            self.log.append(line)
+            self.log_stages.append("defaults")
+        if "checks" in stages:
+            self.checks(late, "checks")
+
+    def resolve(self) -> bool:
+        """Stage 1; False when a requirement failed (evaluation stops)."""
+        stage = self.policy.stages["resolve"]
+        if not self.enter("resolve", stage):
+            return True
+        only = self.part.rules
         for rule in stage.rules:
-            if part.rules is not None and rule.part not in part.rules:
+            if (only is not None and rule.part not in only) or not self.holds("rule", rule, rule.when):
                 continue
-            applies, step = holds("resolve", rule, rule.when)
-            if not applies:
-                continue
-            if rule.require is not None and not rule.require.eval(env, user_set):
-                raw.append((index[id(rule)], None, rule.message.render(ctx())))
-                if step:
-                    step.violated = True
-                    step.why = step.why + rule.require.explain(env, user_set)
-                    step.outcome = "requirement failed: evaluation stops"
-                    trace.stopped_by = rule
-                return finish()
-            done = ["requirement holds"] if rule.require is not None else []
+            if rule.require is not None and not self.holds("require", rule, rule.require):
+                self.violate(rule, None)
+                self.note("stop", rule)
+                return False
             for name, value in rule.set.items():
-                computed = operand_inputs(value)
-                shown = f"{operand_words(value)} = " if computed else ""
-                value = env[name] = operand_value(value, env)
-                done.append(f"{name} = {shown}{value}")
-                phase = policy.inputs[name].phase
+                value = self.env[name] = operand_value(value, self.env)
+                phase = self.policy.inputs[name].phase
                 if phase is not None:
-                    sources[phase] = rule.name
+                    self.sources[phase] = rule.name
+                self.note("set", rule, phase=phase, name=name, value=value)
             if rule.log is not None:
-                log.append(rule.log.render(ctx()))
-                stages.append(rule.part or "resolve")
-                done.append(f"log: {log[-1]}")
-            if step:
-                if rule.require is not None:
-                    step.why = step.why + rule.require.explain(env, user_set)
-                step.outcome = "; ".join(done)
+                self.log.append(rule.log.render(self.fields()))
+                self.log_stages.append(rule.part or "resolve")
+                self.note("log", rule, value=self.log[-1])
+        return True
 
-    # 2. defaults
-    pending = chosen = None  # the chosen default's log line and trace step
-    stage = policy.stages["defaults"]
-    if "defaults" in part.stages and holds("defaults", None, stage.when)[0]:
-        if trace is not None:
-            trace.default_matches = [r for r in stage.rules if r.when.eval(env, user_set)]
-        for rule in stage.rules:
-            applies, step = holds("defaults", rule, rule.when)
-            if not applies:
-                continue
-            done = []
-            for ph, backend in rule.set.items():
-                key = phases[ph].input
-                if env[key] is None:
-                    env[key] = backend
-                    sources[ph] = rule.name
-                    done.append(f"{ph} = {backend}")
-                else:
-                    done.append(f"{ph} stays {env[key]} ({'user' if user_set[ph] else sources[ph]})")
-            if rule.log is not None:
-                pending = rule.log.render(ctx())
-                done.append(f"log: {pending}")
-            if step:
-                step.chosen, step.outcome, chosen = True, "; ".join(done), step
-            break
+    def defaults(self) -> str | None:
+        """Stage 2: the first default whose `when` holds fills the unset phases. Its log line,
+        rendered (the caller emits it after the checks at defaults), or None."""
+        stage = self.policy.stages["defaults"]
+        if not self.enter("defaults", stage):
+            return None
+        rule = next((r for r in stage.rules if self.holds("rule", r, r.when)), None)
+        if rule is None:
+            return None
+        self.note("chosen", rule)
+        env, phases = self.env, self.policy.phases
+        for ph, backend in rule.set.items():
+            if env[phases[ph].input] is None:
+                env[phases[ph].input], self.sources[ph] = backend, rule.name
+                self.note("fill", rule, phase=ph, value=backend)
+            else:
+                self.note("keep", rule, phase=ph, value=env[phases[ph].input])
+        if rule.log is None:
+            return None
+        line = rule.log.render(self.fields())
+        self.note("log", rule, value=line)
+        return line
 
-    early, late = policy.check_order
-    if early and "defaults" in part.stages and run_checks(early, "checks_at_defaults"):
-        if trace is not None:
-            trace.stopped_by = policy.rule_list[raw[0][0]]
-            if chosen is not None and pending is not None:
-                chosen.outcome += " (not emitted: a check at defaults failed)"
-        return finish()
-    if pending is not None:
-        log.append(pending)
-        stages.append("defaults")
+    def checks(self, rules, label: str) -> bool:
+        """Stage 3 (`label` checks_at_defaults: the checks placed there): `rules` in order, a
+        per-phase check once per phase with {phase} and {backend} bound (reserved names: never an
+        input's). Whether any failed."""
+        if not self.enter(label, self.policy.stages["checks"]):
+            return False
+        before, only, env = len(self.raw), self.part.check, self.env
+        for rule in rules:
+            for ph in (self.policy.phases if rule.for_each_phase else (None,)):
+                if only is not None and not only(rule, ph):
+                    continue
+                if ph is None:
+                    self.check(rule, None)
+                    continue
+                env["phase"], env["backend"] = ph, env[self.policy.phases[ph].input]
+                self.check(rule, ph)
+                del env["phase"], env["backend"]
+        return len(self.raw) > before
 
-    # 3. checks
-    if "checks" in part.stages:
-        run_checks(late, "checks")
-    return finish()
+    def check(self, rule, phase) -> None:
+        if not self.holds("rule", rule, rule.when, phase):
+            return
+        if rule.require is not None:
+            if not self.holds("require", rule, rule.require, phase):
+                self.violate(rule, phase)
+            return
+        allowed, passed = self.allows(rule, phase)
+        if not passed:
+            self.violate(rule, phase, allowed)
+
+    def violate(self, rule, phase, allowed=None) -> None:
+        message = rule.message.render(self.fields(allowed))
+        self.raw.append((self.policy.rule_index[id(rule)], phase, message))
+        self.note("violated", rule, phase=phase, value=message)
+
+    def fields(self, allowed=None) -> dict:
+        """A template's fields: the inputs ({phase} and {backend} too in a per-phase check), each
+        phase's backend by the phase's name, and a check's allow-list."""
+        out = dict(self.env)
+        out.update({ph: self.env[spec.input] for ph, spec in self.policy.phases.items()})
+        if allowed is not None:
+            out["allowed"] = allowed
+        return out
+
+    # What the evaluator reads, and what it notes for a tracer (_Traced reports each as an Event).
+    def enter(self, label: str, stage) -> bool:
+        return stage.when.eval(self.env, self.user_set)
+
+    def holds(self, op: str, rule, cond, phase=None) -> bool:
+        return cond.eval(self.env, self.user_set)
+
+    def allows(self, rule, phase) -> tuple:
+        """The allow-list of a per-phase check, and whether the phase's backend is in it."""
+        allowed = rule.allowed.lookup(self.env)
+        return allowed, self.env["backend"] in allowed
+
+    def note(self, op: str, rule=None, **fields) -> None:
+        pass
+
+
+class _Traced(_Run):
+    """A run that reports to `tracer` each condition it reads and each thing it does."""
+
+    __slots__ = ("tracer",)
+
+    def __init__(self, policy, cfg, prelude, part, tracer):
+        super().__init__(policy, cfg, prelude, part)
+        self.tracer = tracer
+        tracer(Event("start", env=dict(self.env), value=dict(self.user_set)))
+
+    def enter(self, label, stage):
+        held = super().enter(label, stage)
+        self.tracer(Event("stage", label, None, None, stage.when, held, dict(self.env)))
+        if held and label == "defaults":  # the defaults a chosen one shadows, for the lint
+            self.note("matches", stage=label, value=[r for r in stage.rules if r.when.eval(self.env, self.user_set)])
+        return held
+
+    def holds(self, op, rule, cond, phase=None):
+        held = super().holds(op, rule, cond, phase)
+        self.tracer(Event(op, rule.stage, rule, phase, cond, held, dict(self.env)))
+        return held
+
+    def allows(self, rule, phase):
+        allowed, passed = super().allows(rule, phase)
+        self.tracer(Event("allowed", rule.stage, rule, phase, None, passed, dict(self.env), value=allowed))
+        return allowed, passed
+
+    def note(self, op, rule=None, **fields):
+        fields.setdefault("stage", rule.stage if rule else None)
+        self.tracer(Event(op, rule=rule, **fields))

@@ -3,8 +3,6 @@ and value against the declarations. All problems are collected; each carries the
 of the offending node."""
 from __future__ import annotations
 
-import re
-
 from engine.language.conditions import (COMBINATORS, All, Any, InputRef, Not, Product, Quotient, Test, TrueCond,
                                         UserSet, conj, operand_inputs)
 from engine.errors import PolicyError, Problem
@@ -13,10 +11,9 @@ from engine.language.rules import Capability, CapabilityEntry, InputSpec, PhaseS
 from engine.suggest import did_you_mean
 from engine.language.templates import SET_FORMATS, TemplateSyntaxError, parse_template
 from engine.files.document import Document
-from engine.files.shipped import placement
-from engine.files.reading import ReadError, decode_utf8
-from engine.language.schema import schema_problems
-from engine.values import kind, shown, typed
+from engine.files.catalog import misplaced
+from engine.files.schema import schema_problems
+from engine.values import CANONICAL_INT, int_meant, kind, shown, typed
 
 # names a policy may not give to an input or phase: condition keywords, the names bound in
 # per-phase checks, and the keys of a decision's JSON form
@@ -33,16 +30,6 @@ RESERVED_FLAGS = frozenset({"--policy", "--policy-dir", "--config", "--format", 
                             "--hierarchical-sparse-attention-extra-config", "--where", "--max-patterns",
                             "--min-coverage", "--max-records", "--deep", "--seed", "--sample", "--workers",
                             "--case-timeout", "--allow-incapable"})
-
-
-def parse_document(data: bytes, display: str, digest: str) -> Document:
-    """A policy file's bytes (shown as `display`) parsed. Raises PolicyError."""
-    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
-
-    try:
-        return parse_yaml(decode_utf8(data, display), display, digest)
-    except ReadError as exc:
-        raise PolicyError(exc.problems) from None
 
 
 def checked_parts(doc: Document, schema: bool = True) -> "Parts":
@@ -99,7 +86,8 @@ class Builder:
     def build(self) -> Parts:
         d = self.doc.data
         p = self.parts
-        self._placement()
+        for message, key in misplaced(self.doc.file, p.family, p.version):
+            self.problem("E312", message, (key,))
         if "upstream" in d:
             u = d["upstream"]
             p.upstream = Upstream(u["project"], tuple(u.get("releases") or ()), u.get("commit"), u.get("pr"),
@@ -180,16 +168,6 @@ class Builder:
 
         self.parts.capabilities[backend] = Capability(backend, entries("runs"), entries("known_gaps"),
                                                       " ".join(raw["source"].split()), path)
-
-    def _placement(self):
-        """A file named v<N>.yaml inside a folder must be version N of the family of that name."""
-        parent, base = placement(self.doc.file)
-        match = re.fullmatch(r"v(\d+)\.ya?ml", base)
-        if match and parent not in ("", "tests"):
-            if int(match.group(1)) != self.parts.version:
-                self.problem("E312", f"version {self.parts.version} in a file named {base}", ("version",))
-            if parent != self.parts.family and re.fullmatch(r"[a-z][a-z0-9-]*", parent):
-                self.problem("E312", f"family '{self.parts.family}' in a folder named '{parent}'", ("policy",))
 
     # -- declarations ------------------------------------------------------------------------
     def _inputs(self, raw: dict):
@@ -309,7 +287,7 @@ class Builder:
             if value is _BAD:
                 ok = False
                 hint = did_you_mean(text, spec.values) if spec.type == "enum" else ""
-                alike = _integer_spelling(text) if spec.type == "int" else None
+                alike = int_meant(text) if spec.type == "int" else None
                 if alike is not None:  # '010', ' 10', '1_0', fullwidth or Arabic-Indic digits
                     twin = f", the same as row '{keyed[alike]}'" if alike in keyed else ""
                     self.problem("E302", f"row '{text}' is not an integer written in ASCII digits "
@@ -592,24 +570,8 @@ def _typed_key(text: str, spec: InputSpec):
         return {"true": True, "false": False}.get(text, _BAD)
     if spec.type == "str":
         return text
-    if not _CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
+    if not CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
         return _BAD
     value = int(text)
     return value if spec.accepts(value) else _BAD
-
-
-# an integer row key: ASCII digits, no leading zero, an optional minus (re's \d would take any
-# Unicode digit, and int() also takes blanks, '+', '_' and leading zeros: '010' and '１０' both 10)
-_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,18}")
-
-
-def _integer_spelling(text: str) -> int | None:
-    """The integer another spelling of a row key means to int() ('010', ' 10', '1_0', '１０'), or
-    None when it is no integer at all."""
-    if len(text) > 64:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
 

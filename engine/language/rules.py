@@ -19,13 +19,6 @@ class Table(Record):
             return hit.lookup(env)
         return hit if hit is not None else frozenset()
 
-    def keys_read(self) -> set:
-        out = {self.key}
-        for row in list(self.rows.values()) + [self.otherwise]:
-            if isinstance(row, Table):
-                out |= row.keys_read()
-        return out
-
 
 class Rule(Record):
     """A rule of any stage. Which fields are used depends on the stage:
@@ -59,36 +52,12 @@ class CapabilityEntry(Record):
     __slots__ = FIELDS
     DEFAULTS = {"text": "", "path": ()}
 
-    def covers(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
-        return phase in self.phases and self.when.eval(env, _UserSet(user_set or {}))
-
 
 class Capability(Record):
     """What a backend can run (the policy's `capabilities`): it runs (phase, config) when an entry
-    of `runs` covers it; `gaps` are configs upstream routes to it anyway."""
+    of `runs` covers it; `gaps` are configs upstream routes to it anyway (engine/analysis/capability.py
+    reads them)."""
 
     FIELDS = ("backend", "runs", "gaps", "source", "path")
     __slots__ = FIELDS
     DEFAULTS = {"source": "", "path": ()}
-
-    def can_run(self, phase: str, env: dict, user_set: dict | None = None) -> bool:
-        return any(e.covers(phase, env, user_set) for e in self.runs)
-
-    def gap(self, phase: str, env: dict, user_set: dict | None = None):
-        """The known gap that covers (phase, config), or None. `user_set`: phase -> whether the
-        user set its backend (a gap may hold only for a user's choice); unknown phases: not set."""
-        return next((e for e in self.gaps if e.covers(phase, env, user_set)), None)
-
-    def words(self, phase: str) -> str:
-        """Where it runs in `phase`, in words (for a lint problem)."""
-        conds = [e.when.words() for e in self.runs if phase in e.phases]
-        if not conds:
-            return f"{self.backend} does not run the {phase} phase"
-        return f"{self.backend} runs {phase} only where " + " or ".join(f"({c})" for c in conds)
-
-
-class _UserSet(dict):
-    """Whether the user set each phase's backend; a phase not given was not set."""
-
-    def __missing__(self, key):
-        return False

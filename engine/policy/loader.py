@@ -23,7 +23,8 @@ import engine.files.cache as cache
 from engine.errors import PolicyError, Problem
 from engine.files.catalog import looks_like_path, resolve_ref, version_paths
 from engine.files.document import Document
-from engine.files.reading import ReadError, max_file_bytes, read_bytes, sha256
+from engine.files.heads import head_of
+from engine.files.reading import ReadError, decode_utf8, max_file_bytes, read_bytes, sha256
 from engine.files.shipped import placement, policy_root
 from engine.policy.policy import Policy
 from engine.values import shown
@@ -51,11 +52,23 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
 
 def load_file(path: str, display: str | None = None) -> Policy:
     display = display or path
+    return load_bytes(_read(path, display), display, path)
+
+
+def _read(path: str, display: str) -> bytes:
     try:
-        data = read_bytes(path, display, max_file_bytes())
+        return read_bytes(path, display, max_file_bytes())
     except ReadError as exc:
         raise PolicyError(exc.problems) from None
-    return load_bytes(data, display, path)
+
+
+def _keep(table: OrderedDict, key, value):
+    """`value` kept in one of the in-memory caches, the least recently kept one dropped."""
+    with _lock:
+        table[key] = value
+        while len(table) > _CACHE_SIZE:
+            table.popitem(last=False)
+    return value
 
 
 def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
@@ -79,60 +92,19 @@ def load_bytes(data: bytes, display: str, path: str = "") -> Policy:
     if policy is None:
         policy = compile_bytes(data, display, digest, path)
         cache.store(digest, display, policy.doc)
-    with _lock:
-        _cache[key] = policy
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return policy
-
-
-class Upstream:
-    """The releases a version models (upstream.releases), as a head gives them."""
-
-    __slots__ = ("releases",)
-
-    def __init__(self, releases: tuple):
-        self.releases = releases
-
-
-class Head:
-    """What a policy file says of itself, as its Policy gives it: family, version, models and
-    upstream (upstream.releases only; None without an upstream section)."""
-
-    __slots__ = ("family", "version", "models", "upstream")
-
-    def __init__(self, family, version, models, upstream):
-        self.family, self.version, self.models, self.upstream = family, version, models, upstream
-
-
-def _head(data) -> Head | None:
-    """The head of a checked document's data, as the builder reads it; None for data of another
-    shape (then the file is loaded whole)."""
-    from engine.language.parts import Parts
-
-    try:
-        up = data.get("upstream")
-        models = tuple(data["models"]) if "models" in data else Parts.DEFAULTS["models"]
-        head = Head(data["policy"], data["version"], models,
-                    None if "upstream" not in data else Upstream(tuple(up.get("releases") or ())))
-    except (AttributeError, KeyError, TypeError):
-        return None
-    if not (isinstance(head.family, str) and isinstance(head.version, int) and all(isinstance(m, str) for m in models)
-            and (head.upstream is None or all(isinstance(r, str) for r in head.upstream.releases))):
-        return None
-    return head
+    return _keep(_cache, key, policy)
 
 
 def load_head(path: str, display: str | None = None):
-    """The policy at `path` as far as its head (Head): the Policy when this process loaded these
-    bytes; else, when the on-disk cache holds their checked document, the head read from it (an
-    entry stands for bytes that passed every check of a load, so loading them gives that head);
-    else the Policy, loaded (which stores the entry). Raises PolicyError as load_file does."""
+    """The policy at `path` as far as its head (engine.files.heads.Head): the Policy when this
+    process loaded these bytes; else, when the on-disk cache holds their checked document, the
+    head read from it (an entry stands for bytes that passed every check of a load, so loading
+    them gives that head); else the Policy, loaded (which stores the entry). Raises PolicyError
+    as load_file does."""
+    from engine.language.parts import Parts
+
     display = display or path
-    try:
-        data = read_bytes(path, display, max_file_bytes())
-    except ReadError as exc:
-        raise PolicyError(exc.problems) from None
+    data = _read(path, display)
     digest = sha256(data).hexdigest()
     key = (digest, display, placement(display))
     with _lock:
@@ -140,21 +112,19 @@ def load_head(path: str, display: str | None = None):
         if hit is not None:
             return hit
     stored = cache.load(digest, display)
-    head = _head(stored[0]) if stored is not None else None
-    if head is None:
-        return load_bytes(data, display, path)
-    with _lock:
-        _heads[key] = head
-        while len(_heads) > _CACHE_SIZE:
-            _heads.popitem(last=False)
-    return head
+    head = head_of(stored[0], Parts.DEFAULTS["models"]) if stored is not None else None
+    return load_bytes(data, display, path) if head is None else _keep(_heads, key, head)
 
 
 def compile_bytes(data: bytes, display: str, digest: str, path: str = "", schema: bool = True) -> Policy:
     """Parse, schema-check and check names and values. Raises PolicyError."""
-    from engine.language.parts import parse_document
+    from engine.files.yaml_reader import parse_yaml  # not needed when the cache holds the document
 
-    return Policy.from_document(parse_document(data, display, digest), path, schema)
+    try:
+        doc = parse_yaml(decode_utf8(data, display), display, digest)
+    except ReadError as exc:
+        raise PolicyError(exc.problems) from None
+    return Policy.from_document(doc, path, schema)
 
 
 def clear_cache() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.language.decision import Decision
-from engine.language.interpreter import WHOLE, Trace, run
+from engine.language.interpreter import WHOLE, run
 from engine.suggest import did_you_mean, unknown_key
 from engine.values import INT_MAX, INT_MIN, kind, shown, typed
 
@@ -15,8 +15,8 @@ from engine.values import INT_MAX, INT_MIN, kind, shown, typed
 class Policy:
     """One version of one policy family: its declarations and rules, checked at load.
 
-    `evaluate(config)` decides with the interpreter; `trace(config)` also returns the trace of
-    every rule tried (explain, coverage); `probe()` is the bulk evaluator for whole domains.
+    `evaluate(config)` decides with the interpreter; `trace(config)` also returns its trace
+    events, every rule tried (explain, coverage); `probe()` is the bulk evaluator for whole domains.
     """
 
     def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
@@ -103,18 +103,19 @@ class Policy:
         return f"<Policy {self.ref} {self.file} sha256={self.sha256[:12]}>"
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, config: Mapping, part=None) -> Decision:
+    def evaluate(self, config: Mapping, part=None, tracer=None) -> Decision:
         """Decide backends for `config` (missing inputs take their defaults). Raises ConfigError
         for unknown keys or values. `part` (interpreter.Part): evaluate those stages and checks
-        only, as one upstream function does when called by itself."""
+        only, as one upstream function does when called by itself. `tracer`: called with each
+        trace event (interpreter.Event) in order."""
         canonical, prelude = self.normalize_with_log(config)
-        return run(self, self.complete(canonical), config, None, prelude, part or WHOLE)
+        return run(self, self.complete(canonical), config, tracer, prelude, part or WHOLE)
 
     def trace(self, config: Mapping):
-        """(decision, trace): evaluate, recording every stage, rule and check tried."""
-        canonical, prelude = self.normalize_with_log(config)
-        trace = Trace()
-        return run(self, self.complete(canonical), config, trace, prelude), trace
+        """(decision, events): evaluate, keeping every trace event (interpreter.Event) in a list;
+        engine.explain.trace.Trace(events) groups them into steps and words them."""
+        events: list = []
+        return self.evaluate(config, tracer=events.append), events
 
     # -- configs -----------------------------------------------------------------------------
     def canonical_key(self, key) -> str | None:

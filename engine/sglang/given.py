@@ -9,6 +9,7 @@ model_family unless some layer gives them.
 """
 from __future__ import annotations
 
+from engine.explain.words import words
 from engine.language.record import Record
 from engine.sglang.layers import OPTIONS, read_layer
 
@@ -88,7 +89,7 @@ def assumptions(policy, decision, origins: dict) -> list[tuple[str, object, str]
         if name not in policy.inputs:
             continue
         if name in na:
-            out.append((name, None, f"it applies only where {policy.applies[name].words()}"))
+            out.append((name, None, f"it applies only where {words(policy.applies[name])}"))
             continue
         origin = (origins or {}).get(name, "the policy's default")
         out.append((name, config[name], origin))

@@ -69,12 +69,27 @@ def _out_of_scope(policy, decision, result) -> str | None:
     scope: the same `leaves_out` data decides both, so conform and evaluate never disagree. (An
     entry without `when` names a place only: a refusal there counts as out of scope, as no
     decision can say which configs reach it.)"""
-    entry = policy.upstream.left_out_entry(result.where) if policy.upstream and not result.ok else None
+    entry = left_out_entry(policy.upstream, result.where) if policy.upstream and not result.ok else None
     if entry is None:
         return None
     if not decision.in_scope:
         return entry[1]
     return None if entry[2] else entry[1]
+
+
+def left_out_entry(upstream, where: str | None) -> tuple | None:
+    """The entry of upstream.leaves_out, (where, why, has a when), whose place `where`
+    ("path/file.py:LINE function", where SGLang refused a config) lies in, or None."""
+    if not where:
+        return None
+    path, _, rest = where.partition(":")
+    func = rest.split(" ", 1)[1] if " " in rest else ""
+    for entry in upstream.leaves_out:
+        p_path, _, p_func = entry[0].partition(":")
+        # a suffix at a path boundary: "hook.py" is not "kv_cache_hook.py"
+        if (path == p_path or path.endswith("/" + p_path)) and (not p_func or p_func == func):
+            return entry
+    return None
 
 
 def _function(where: str | None) -> str:

@@ -1,4 +1,6 @@
-"""The JSON Schema of the policy language, and its errors mapped back to YAML positions."""
+"""A parsed document checked against a shipped JSON Schema (the policy language's, or its test
+files'), each error mapped back to the YAML position of the offending node. The shape only: what
+the names and values mean is the language's (engine/language/parts.py)."""
 from __future__ import annotations
 
 import functools
