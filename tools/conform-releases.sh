@@ -6,7 +6,8 @@
 # sglang==RELEASE` on a stratified sample (default 1,000 configs, seed 1: every value of every
 # input appears), which must agree on every config. Then, per release, SGLang's own unit tests of
 # the functions the plugin replaces and the contract tests of each (tests/test_sglang_own_tests.py,
-# tests/test_sglang_contracts.py). Then the SGLang plugin's tests
+# tests/test_sglang_contracts.py), and its server flags against engine/sglang/release_flags.txt
+# (tests/test_release_flags.py). Then the SGLang plugin's tests
 # (tests/test_sglang_plugin_releases.py) in the environment of one release of each hook family
 # before 0.5.19 (PLUGIN_RELEASES; `make test` covers 0.5.23's), with DeepSeek-V4 launches on those
 # from 0.5.12; and its V4 launches alone on V4_RELEASES, one of each V4 hook family whose DSA hooks
@@ -53,7 +54,7 @@ done
 for release in $RELEASES; do
   start=$(date +%s)
   out=$(cd "$ROOT" && HISPARSE_PLUGIN_RELEASE_ENV="$ENVS/sglang-$release" "$PY" -m pytest -q -p no:cacheprovider -rs \
-        tests/test_sglang_own_tests.py tests/test_sglang_contracts.py 2>&1)
+        tests/test_sglang_own_tests.py tests/test_sglang_contracts.py tests/test_release_flags.py 2>&1)
   rc=$?
   echo "SGLang $release own tests and contracts ($(( $(date +%s) - start )) s): $(printf '%s\n' "$out" | tail -1)"
   if [ $rc -ne 0 ]; then

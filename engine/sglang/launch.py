@@ -105,12 +105,14 @@ def launch_layers(policy, tokens: list[str]):
         problems.append(Problem("C503", f"{clip(str(exc), 400)}: SGLang's parser refuses it"))
         ns, unread = None, []
     unread = {id(word) for word in unread}
+    release = _ReleaseFlags(policy)
     option, owned = "", False  # the last option, and whether the words after it are its own
     for i, word in enumerate(words):
         flag = word.split("=", 1)[0]
         if id(word) not in unread:  # read by an option of the policy's, or its value
             if reader.is_option(word):
                 option, owned = flag, False
+                problems += release.refuses(flag, exact=True)
         elif word == "--":  # argparse reads every word after it as a positional: SGLang's parser has none
             problems.append(Problem("C501", f"unrecognized arguments {shown(' '.join(words[i:]))}: SGLang's "
                                     "parser refuses them"))
@@ -123,6 +125,8 @@ def launch_layers(policy, tokens: list[str]):
             elif hint or not flag.startswith("--"):  # SGLang's only one-dash option is -h
                 problems.append(Problem("C501", f"unrecognized argument {shown(word)}: SGLang's parser refuses "
                                         "it", hint=hint))
+            else:
+                problems += release.refuses(flag, exact=False)
         elif not owned:  # a word no option takes
             why = f" after {clip(option)}" if option else ""
             problems.append(Problem("C501", f"unrecognized argument {shown(word)}{why}: SGLang's parser refuses it"))
@@ -145,6 +149,45 @@ def launch_layers(policy, tokens: list[str]):
         notes.append("no --model-path: whether the model uses DSA is left to the policy default "
                      f"({str(policy.inputs['dsa_model'].default).lower()})")
     return layers, notes
+
+
+class _ReleaseFlags:
+    """The server flags of the releases the policy models (engine/sglang/registry.py), where it
+    names SGLang releases the registry lists; else none are known and no flag is refused here."""
+
+    def __init__(self, policy):
+        from engine.sglang.registry import release_flags
+
+        upstream = policy.upstream
+        tables = [release_flags(r) for r in upstream.releases] if upstream.project == "sglang" else []
+        self.flags = frozenset().union(*tables) if tables and None not in tables else None
+        self.label = f"SGLang {', '.join(upstream.releases)}"
+
+    def refuses(self, flag: str, exact: bool) -> list[Problem]:
+        """A problem when the releases' parser refuses `flag`: a flag it lacks (`exact`: the flag
+        was read as typed; else an abbreviation of exactly one flag is what argparse accepts)."""
+        if self.flags is None or not flag.startswith("--") or flag in self.flags:
+            return []
+        if not exact:
+            matches = sorted(f for f in self.flags if f.startswith(flag))
+            if len(matches) == 1:
+                return []
+            if matches:  # argparse's own words
+                plain = flag if flag.isascii() and flag.isprintable() else shown(flag)
+                return [Problem("C501", f"ambiguous option: {clip(plain)} could match "
+                                f"{clip(', '.join(matches), 400)}: {self.label}'s parser refuses it")]
+        from engine.sglang.registry import flag_releases
+
+        having = flag_releases(flag)
+        if having:
+            hint = f"{flag} is a flag of SGLang {having[0]}" + (f" to {having[-1]}" if len(having) > 1 else "")
+        elif exact:
+            hint = f"{flag} is hisparse's own flag, not SGLang's: give it before --"
+        else:
+            hit = near_miss(flag, sorted(self.flags))
+            hint = f"did you mean {hit}?" if hit else ""
+        return [Problem("C501", f"unrecognized argument {shown(flag)}: {self.label}'s parser refuses it",
+                        hint=hint)]
 
 
 def config_from_launch(policy, tokens: list[str]) -> tuple[dict, list[str]]:

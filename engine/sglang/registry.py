@@ -6,7 +6,9 @@ which release SGLang counts an architecture as DSA) and the release environments
 (tools/sglang-env.sh: which transformers a release imports) all read the table below. A new
 release is a row here (and, where its routing changed, a policy version); a release this table
 does not list is placed by its version number: after the newest known one, it takes the newest
-known facts; between two, the facts of the one before it.
+known facts; between two, the facts of the one before it. Each release's server flags, read from
+its own parser, are data beside this file (release_flags.txt, made by tools/release_flags.py):
+`release_flags` answers them for a listed release only.
 
 Every release string parses (`version_key`): three-part and two-part versions (`1.0`),
 `.postN`, pre-releases (`0.6.0rc1`, `a1`, `b2`) and `.devN`, a local part (`+cu128`) ignored.
@@ -229,6 +231,40 @@ def is_newer(version: str) -> bool:
 def driven_by(module: str) -> tuple:
     """The releases whose conform driver is `module`, oldest first."""
     return tuple(r.version for r in RELEASES if r.driver == module)
+
+
+def release_flags(version: str) -> frozenset | None:
+    """The flags SGLang `version`'s server parser has (release_flags.txt), or None for a release
+    the table does not list (its parser is not known)."""
+    if version not in BY_VERSION:
+        return None
+    return _flag_table()[version]
+
+
+def flag_releases(flag: str) -> list:
+    """The listed releases whose server parser has `flag`, oldest first."""
+    return [v for v, flags in _flag_table().items() if flag in flags]
+
+
+_FLAG_TABLE: dict = {}
+
+
+def _flag_table() -> dict:
+    """release -> frozenset of its flags, read once (each line: FLAG FIRST [LAST])."""
+    if not _FLAG_TABLE:
+        import os
+
+        order = [r.version for r in RELEASES]
+        having: dict = {v: [] for v in order}
+        with open(os.path.join(os.path.dirname(__file__), "release_flags.txt"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                flag, first, *last = line.split()
+                for v in order[order.index(first):order.index(last[0] if last else order[-1]) + 1]:
+                    having[v].append(flag)
+        _FLAG_TABLE.update({v: frozenset(flags) for v, flags in having.items()})
+    return _FLAG_TABLE
 
 
 def installed_release() -> str | None:
