@@ -390,9 +390,10 @@ def test_hisparse_launch_refuses_without_starting_sglang(models, edited, tmp_pat
 # -- in-process: the plugin registered by its entry point, applied by SGLang's HookRegistry ----------
 
 @contextlib.contextmanager
-def plugin_active(monkeypatch, policy, record=None):
-    """The plugin as load_plugins() runs it (register(), then HookRegistry.apply_hooks()); on
-    exit every binding SGLang's hooks replaced is put back and the registry reset."""
+def plugin_active(monkeypatch, policy, record=None, other_plugin=None):
+    """The plugin as load_plugins() runs it (register(), then `other_plugin()` where given, then
+    HookRegistry.apply_hooks()); on exit every binding SGLang's hooks replaced is put back and the
+    registry reset."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     from engine.serving import sglang_plugin
@@ -407,6 +408,8 @@ def plugin_active(monkeypatch, policy, record=None):
         monkeypatch.setenv("HISPARSE_RECORD", record)
     try:
         sglang_plugin.register()
+        if other_plugin is not None:
+            other_plugin()
         HookRegistry.apply_hooks()
         yield HookRegistry
     finally:
@@ -493,8 +496,6 @@ def test_the_decision_reaches_a_child_process_as_sglang_sends_it(sglang_0523, mo
 
 
 def test_a_moved_target_or_a_hook_not_applied_stops_the_launch(sglang_0523, monkeypatch, capsys):
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
     from engine.serving import sglang_plugin
     from engine.sglang import hook_targets
 
@@ -508,22 +509,39 @@ def test_a_moved_target_or_a_hook_not_applied_stops_the_launch(sglang_0523, monk
     err = capsys.readouterr().err
     assert exc.value.code == 1 and f"SGLang 0.5.23 has no {moved}" in err and err.count("\n") == 1
     monkeypatch.undo()
-    # registered, but SGLang could not apply one hook: the guard stops resolution
-    from sglang.srt.server_args import ServerArgs  # noqa: F401
+    # registered, but SGLang could not apply one hook (its target holds what it held before, as
+    # when HookRegistry.apply_hooks logs a failure and goes on): the guard stops resolution
+    from sglang.srt.arg_groups import hisparse_hook
 
-    monkeypatch.setenv("HISPARSE_POLICY", FAMILY)
-    try:
-        sglang_plugin.register()
-        guard = [h for _, h, _ in HookRegistry._hooks[hook_targets.PIPELINE.guard]][-1]
-        HookRegistry._patched.update(hook_targets.PIPELINE.replace)
-        HookRegistry._patched.discard("sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend")
-        with pytest.raises(RuntimeError, match=r"the hook on sglang\.srt\.arg_groups\.hisparse_hook\."
-                                               r"validate_hisparse_dsa_backend was not applied \(SGLang 0\.5\.23\)"):
-            guard()
-        HookRegistry._patched.add("sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend")
+    check = "sglang.srt.arg_groups.hisparse_hook.validate_hisparse_dsa_backend"
+    before = hisparse_hook.validate_hisparse_dsa_backend
+    with plugin_active(monkeypatch, FAMILY) as registry:
+        guard = [h for _, h, _ in registry._hooks[hook_targets.PIPELINE.guard]][-1]
         assert guard() is None
-    finally:
-        HookRegistry.reset()
+        applied, hisparse_hook.validate_hisparse_dsa_backend = hisparse_hook.validate_hisparse_dsa_backend, before
+        with pytest.raises(RuntimeError, match=re.escape(f"the hook on {check} was not applied (SGLang 0.5.23)")):
+            guard()
+        hisparse_hook.validate_hisparse_dsa_backend = applied
+        assert guard() is None
+
+
+def test_another_plugins_replace_registered_later_stops_the_launch(sglang_0523, monkeypatch):
+    """Another plugin's REPLACE hook on a target of the policy's, registered after it, is the one
+    SGLang applies: the guard stops resolution naming the target."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from engine.sglang import hook_targets
+
+    target = "sglang.srt.arg_groups.overrides._dsa_split_backend_resolution"
+
+    def another_plugin():
+        HookRegistry.register(target, lambda view: {}, HookType.REPLACE)
+
+    with plugin_active(monkeypatch, FAMILY, other_plugin=another_plugin) as registry:
+        guard = [h for _, h, _ in registry._hooks[hook_targets.PIPELINE.guard]][-1]
+        with pytest.raises(RuntimeError, match=re.escape(f"the hook on {target} is overridden by another "
+                                                         "plugin's REPLACE hook (SGLang 0.5.23)")):
+            guard()
 
 
 def test_a_function_that_no_longer_holds_its_inline_check_stops_the_launch(sglang_0523, monkeypatch, capsys):

@@ -27,18 +27,27 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
     # each row is evaluated once with the phases unset and once per backend each phase accepts
     tries = sum(len(policy.inputs[spec.input].values) for spec in policy.phases.values())
     check_size(size * (1 + tries), f"the routing table of {policy.ref}", len(policy.rule_meta))
-    phases = list(policy.phases.items())
-    groups: dict = {}
-    order = []
-    # per row: the config with the phases as fixed (or unset), then each backend the phase
-    # accepts set alone for each phase, evaluated in bulk
+    groups = _outcome_groups(policy, fixed, axes, lambda: combos if isinstance(combos, list)
+                             else itertools.product(*domains), size, progress)
+    known = set(combos) if isinstance(combos, list) else None
+    phases = list(policy.phases)
+    rows = [row for key in sorted(groups, key=lambda k: k[3] is not None)  # the rows the version models first
+            for row in _rows(key, groups[key], known, axes, domains, phases)]
+    return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
+            "rows": rows}
+
+
+def _outcome_groups(policy, fixed: dict, axes: list, row_values, size: int, progress) -> dict:
+    """(defaults, rejected, allowed, why out of scope) -> the rows (values of `axes`) with that
+    outcome, in the order first met. `row_values()` iterates the rows; each is evaluated, in bulk,
+    with the phases as fixed (or unset), then with each backend a phase accepts set alone."""
     names = policy.input_names
     template = [fixed.get(n, policy.inputs[n].default) for n in names]
     where = [names.index(n) for n in axes]
-    slots = [(names.index(spec.input), policy.inputs[spec.input].values) for _, spec in phases]
+    slots = [(names.index(spec.input), policy.inputs[spec.input].values) for spec in policy.phases.values()]
 
     def configs():
-        for combo in (combos if isinstance(combos, list) else itertools.product(*domains)):
+        for combo in row_values():
             values = list(template)
             for i, v in zip(where, combo):
                 values[i] = v
@@ -53,47 +62,47 @@ def routing_rows(policy, fixed: dict | None = None, progress=None) -> dict:
 
     per_row = 1 + sum(len(backends) for _, backends in slots)
     flat = itertools.chain.from_iterable(domain.results(policy, configs()))
-    # compact results: (rewritten values + backends, log, first violation, leaves_out entry or None)
-    offset = len(policy.written)
-    for done, combo in enumerate(combos if isinstance(combos, list) else itertools.product(*domains), 1):
+    groups: dict = {}
+    for done, combo in enumerate(row_values(), 1):
         if progress is not None and not done % (PROGRESS_EVERY // 16):
             progress(done, size)
-        got = list(itertools.islice(flat, per_row))
-        values, _, first, scope = got[0]
-        if first is None:
-            defaults, rejected = values[offset:], None
-        else:
-            defaults, rejected = None, first[2]
-        allowed, at = [], 1
-        for _, backends in slots:
-            allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
-            at += len(backends)
-        allowed = tuple(allowed)
-        why = None if scope is None else policy.upstream.leaves_out[scope][1]
-        key = (defaults, rejected, allowed, why)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(combo)
+        key = _outcome(policy, list(itertools.islice(flat, per_row)), slots)
+        groups.setdefault(key, []).append(combo)
     if progress is not None:
         progress(size, size)
-    rows = []
-    for key in sorted(order, key=lambda k: k[3] is not None):  # the rows the version models first
-        defaults, rejected, allowed, why = key
-        cubes = (minimize_known(groups[key], set(combos), domains) if isinstance(combos, list)
-                 else minimize(groups[key], domains, disjoint=True))
-        for cube in cubes:
-            when = {name: values for name, values, op in _terms(cube, axes, domains)}
-            rows.append({
-                "when": when,
-                "defaults": dict(zip((ph for ph, _ in phases), defaults)) if defaults else None,
-                "rejected": rejected,
-                "allowed": {ph: list(a) for (ph, _), a in zip(phases, allowed)},
-                "in_scope": why is None,
-                **({"out_of_scope": why} if why is not None else {}),
-            })
-    return {"policy": policy.identity(), "upstream": _upstream_json(policy), "fixed": fixed, "axes": axes,
-            "rows": rows}
+    return groups
+
+
+def _outcome(policy, got: list, slots: list) -> tuple:
+    """One row's outcome from its compact results (rewritten values + backends, log, first
+    violation, leaves_out entry or None): the row as given, then each backend tried per phase."""
+    values, _, first, scope = got[0]
+    if first is None:
+        defaults, rejected = values[len(policy.written):], None
+    else:
+        defaults, rejected = None, first[2]
+    allowed, at = [], 1
+    for _, backends in slots:
+        allowed.append(tuple(b for j, b in enumerate(backends) if got[at + j][2] is None))
+        at += len(backends)
+    why = None if scope is None else policy.upstream.leaves_out[scope][1]
+    return defaults, rejected, tuple(allowed), why
+
+
+def _rows(key: tuple, members: list, known: set | None, axes: list, domains: list, phases: list) -> list:
+    """The table's rows of one outcome: its rows described by cubes (inside the declared domain's
+    rows, `known`, when it has parts)."""
+    defaults, rejected, allowed, why = key
+    cubes = (minimize_known(members, known, domains) if known is not None
+             else minimize(members, domains, disjoint=True))
+    return [{
+        "when": {name: values for name, values, op in _terms(cube, axes, domains)},
+        "defaults": dict(zip(phases, defaults)) if defaults else None,
+        "rejected": rejected,
+        "allowed": {ph: list(a) for ph, a in zip(phases, allowed)},
+        "in_scope": why is None,
+        **({"out_of_scope": why} if why is not None else {}),
+    } for cube in cubes]
 
 
 def _combos(policy, axes, domains, fixed):

@@ -78,46 +78,120 @@ class _ScannerDepthLimit(EngineError):
 
 
 def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
-    doc = Document(None, display, sha256)
-    problems: list[Problem] = []
-    stack: list[list] = []  # frames: [container, path, pending_key, key_marks]
-    documents = 0
-    nodes = 0
+    composer = _Composer(display, sha256)
+    try:
+        for e in yaml.parse(text, Loader=loader):
+            if not composer.add(e):
+                break
+    except yaml.MarkedYAMLError as exc:
+        if loader is not yaml.SafeLoader and "maximum nesting depth" in str(exc.problem):
+            raise _ScannerDepthLimit() from None
+        composer.problems.append(_syntax_problem(exc, text, display))
+    except yaml.reader.ReaderError as exc:  # a control character or similar in the text
+        composer.problems.append(_character_problem(exc, text, display))
+    except yaml.YAMLError as exc:
+        composer.problems.append(Problem("E104", f"YAML syntax: {clip(str(exc), 200)}", display, 1, 1))
+    except RecursionError:  # defensive: the composer above does not recurse
+        composer.problems.append(Problem("E108", f"nesting deeper than {MAX_DEPTH} levels", display, 1, 1))
+    if composer.problems:
+        raise ReadError(composer.problems)
+    return composer.doc
 
-    def mark_of(e) -> tuple[int, int]:
-        return (e.start_mark.line + 1, e.start_mark.column + 1)
 
-    def fail(code: str, message: str, e) -> None:
-        line, col = mark_of(e)
-        problems.append(Problem(code, message, display, line, col))
+def _mark_of(e) -> tuple[int, int]:
+    return (e.start_mark.line + 1, e.start_mark.column + 1)
 
-    def attach(value, e) -> tuple:
-        """Place a composed node into its parent; returns the node's path (None when refused)."""
-        if not stack:
+
+class _Composer:
+    """One Document composed from YAML events as they come: each node attached to its parent, its
+    position kept, every problem recorded with its line:col. `add` returns False at a problem that
+    ends the reading (the ones that do not, a bad or duplicate key, are recorded and the reading
+    goes on)."""
+
+    def __init__(self, display: str, sha256: str):
+        self.doc = Document(None, display, sha256)
+        self.display = display
+        self.problems: list[Problem] = []
+        self.stack: list[list] = []  # frames: [container, path, pending_key, key_marks]
+        self.documents = 0
+        self.nodes = 0
+
+    def note(self, code: str, message: str, e) -> None:
+        line, col = _mark_of(e)
+        self.problems.append(Problem(code, message, self.display, line, col))
+
+    def stop(self, code: str, message: str, e) -> bool:
+        """A problem that ends the reading: recorded; False, for `add` to return."""
+        self.note(code, message, e)
+        return False
+
+    def add(self, e) -> bool:
+        """Take one event; False when the reading must stop."""
+        if isinstance(e, ev.DocumentStartEvent):
+            self.documents += 1
+            return self.documents == 1 or self.stop("E110", "more than one YAML document in the file", e)
+        if isinstance(e, (ev.StreamStartEvent, ev.StreamEndEvent, ev.DocumentEndEvent)):
+            return True
+        if isinstance(e, ev.AliasEvent):
+            return self.stop("E107", f"alias '*{clip(e.anchor)}' is not allowed "
+                                     "(anchors and aliases are refused)", e)
+        if getattr(e, "anchor", None):
+            return self.stop("E107", f"anchor '&{clip(e.anchor)}' is not allowed "
+                                     "(anchors and aliases are refused)", e)
+        if isinstance(e, ev.ScalarEvent):
+            return self.counted(e) and self.scalar(e)
+        if isinstance(e, (ev.SequenceStartEvent, ev.MappingStartEvent)):
+            return self.counted(e) and self.open(e)
+        if isinstance(e, (ev.SequenceEndEvent, ev.MappingEndEvent)):
+            self.stack.pop()
+        return True
+
+    def counted(self, e) -> bool:
+        """One more value; False past MAX_NODES."""
+        self.nodes += 1
+        return self.nodes <= MAX_NODES or self.stop("E113", f"more than {MAX_NODES} values in the document", e)
+
+    def scalar(self, e) -> bool:
+        try:
+            value = _scalar(e)
+        except _Refused as exc:
+            return self.stop(exc.code, exc.message, e)
+        self.attach(value, e)
+        return True
+
+    def open(self, e) -> bool:
+        """A list or mapping starts: checked, attached, and the parent of what follows."""
+        is_map = isinstance(e, ev.MappingStartEvent)
+        what = "mapping" if is_map else "list"
+        if e.tag not in (None, "!", _MAP if is_map else _SEQ):
+            return self.stop("E106", f"tag '{_tag_text(e.tag)}' is not allowed on a {what}: {_NOT_ALLOWED}", e)
+        if len(self.stack) >= MAX_DEPTH:
+            return self.stop("E108", f"nesting deeper than {MAX_DEPTH} levels", e)
+        if self.stack and isinstance(self.stack[-1][0], dict) and self.stack[-1][2] is _NO_KEY:
+            return self.stop("E111", f"mapping keys must be plain strings, got a {what} "
+                                     "(complex keys are not allowed)", e)
+        container = {} if is_map else []
+        path = self.attach(container, e)
+        self.stack.append([container, path if path is not None else (), _NO_KEY, {}])
+        return True
+
+    def attach(self, value, e) -> tuple | None:
+        """Place a composed node into its parent; returns the node's path (None for a key, or a
+        node refused)."""
+        doc = self.doc
+        if not self.stack:
             doc.data = value
-            doc.positions[()] = mark_of(e)
+            doc.positions[()] = _mark_of(e)
             return ()
-        frame = stack[-1]
+        frame = self.stack[-1]
         container, path = frame[0], frame[1]
         if isinstance(container, list):
             child = path + (len(container),)
             container.append(value)
-            doc.positions[child] = mark_of(e)
+            doc.positions[child] = _mark_of(e)
             return child
         if frame[2] is _NO_KEY:  # this node is a key
-            if not isinstance(value, str) or isinstance(value, bool):
-                fail("E111",
-                     f"mapping keys must be plain strings, got {typed(value)} "
-                     "(quote it)", e)
-                frame[2] = _BAD_KEY
-                return None
-            if value in frame[3]:
-                first = frame[3][value]
-                fail("E105", f"duplicate key {shown(value)} (first at line {first[0]})", e)
-                frame[2] = _BAD_KEY
-                return None
-            frame[3][value] = mark_of(e)
-            frame[2] = value
+            self.key(frame, value, e)
             return None
         key = frame[2]
         frame[2] = _NO_KEY
@@ -125,77 +199,40 @@ def _parse_yaml(text: str, display: str, sha256: str, loader) -> Document:
             return None
         child = path + (key,)
         container[key] = value
-        doc.positions[child] = mark_of(e)
+        doc.positions[child] = _mark_of(e)
         doc.key_positions[child] = frame[3][key]
         return child
 
-    try:
-        for e in yaml.parse(text, Loader=loader):
-            if isinstance(e, ev.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    fail("E110", "more than one YAML document in the file", e)
-                    break
-                continue
-            if isinstance(e, (ev.StreamStartEvent, ev.StreamEndEvent, ev.DocumentEndEvent)):
-                continue
-            if isinstance(e, ev.AliasEvent):
-                fail("E107", f"alias '*{clip(e.anchor)}' is not allowed (anchors and aliases are refused)", e)
-                break
-            if getattr(e, "anchor", None):
-                fail("E107", f"anchor '&{clip(e.anchor)}' is not allowed (anchors and aliases are refused)", e)
-                break
-            if isinstance(e, (ev.ScalarEvent, ev.SequenceStartEvent, ev.MappingStartEvent)):
-                nodes += 1
-                if nodes > MAX_NODES:
-                    fail("E113", f"more than {MAX_NODES} values in the document", e)
-                    break
-            if isinstance(e, ev.ScalarEvent):
-                try:
-                    value = _scalar(e)
-                except _Refused as exc:
-                    fail(exc.code, exc.message, e)
-                    break
-                attach(value, e)
-            elif isinstance(e, (ev.SequenceStartEvent, ev.MappingStartEvent)):
-                is_map = isinstance(e, ev.MappingStartEvent)
-                if e.tag not in (None, "!", _MAP if is_map else _SEQ):
-                    fail("E106", f"tag '{_tag_text(e.tag)}' is not allowed on a "
-                                 f"{'mapping' if is_map else 'list'}: {_NOT_ALLOWED}", e)
-                    break
-                if len(stack) >= MAX_DEPTH:
-                    fail("E108", f"nesting deeper than {MAX_DEPTH} levels", e)
-                    break
-                if stack and isinstance(stack[-1][0], dict) and stack[-1][2] is _NO_KEY:
-                    fail("E111", "mapping keys must be plain strings, got a "
-                                 f"{'mapping' if is_map else 'list'} (complex keys are not allowed)", e)
-                    break
-                container = {} if is_map else []
-                path = attach(container, e)
-                stack.append([container, path if path is not None else (), _NO_KEY, {}])
-            elif isinstance(e, (ev.SequenceEndEvent, ev.MappingEndEvent)):
-                stack.pop()
-    except yaml.MarkedYAMLError as exc:
-        if loader is not yaml.SafeLoader and "maximum nesting depth" in str(exc.problem):
-            raise _ScannerDepthLimit() from None
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        what = " ".join(x for x in (exc.context, exc.problem) if x)
-        if mark and _char_at(text, mark.line, mark.column) == "\t":
-            what += " (a tab: YAML indents with spaces only)"
-        problems.append(Problem("E104", f"YAML syntax: {what}", display, line, col))
-    except yaml.reader.ReaderError as exc:  # a control character or similar in the text
-        line, col = line_col(text, exc.position)
-        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
-        problems.append(Problem("E104", f"YAML syntax: unacceptable character #x{ord(char):04x}: "
-                                        f"{exc.reason}", display, line, col))
-    except yaml.YAMLError as exc:
-        problems.append(Problem("E104", f"YAML syntax: {clip(str(exc), 200)}", display, 1, 1))
-    except RecursionError:  # defensive: the composer above does not recurse
-        problems.append(Problem("E108", f"nesting deeper than {MAX_DEPTH} levels", display, 1, 1))
-    if problems:
-        raise ReadError(problems)
-    return doc
+    def key(self, frame: list, value, e) -> None:
+        """A mapping's next key: kept as the frame's pending key, or _BAD_KEY (its value is then
+        dropped) when it is not a string or repeats one."""
+        if not isinstance(value, str) or isinstance(value, bool):
+            self.note("E111", f"mapping keys must be plain strings, got {typed(value)} (quote it)", e)
+            frame[2] = _BAD_KEY
+        elif value in frame[3]:
+            first = frame[3][value]
+            self.note("E105", f"duplicate key {shown(value)} (first at line {first[0]})", e)
+            frame[2] = _BAD_KEY
+        else:
+            frame[3][value] = _mark_of(e)
+            frame[2] = value
+
+
+def _syntax_problem(exc, text: str, display: str) -> Problem:
+    """A YAML syntax error at its mark, a tab there named."""
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    what = " ".join(x for x in (exc.context, exc.problem) if x)
+    if mark and _char_at(text, mark.line, mark.column) == "\t":
+        what += " (a tab: YAML indents with spaces only)"
+    return Problem("E104", f"YAML syntax: {what}", display, line, col)
+
+
+def _character_problem(exc, text: str, display: str) -> Problem:
+    line, col = line_col(text, exc.position)
+    char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+    return Problem("E104", f"YAML syntax: unacceptable character #x{ord(char):04x}: {exc.reason}",
+                   display, line, col)
 
 
 def _char_at(text: str, line: int, column: int) -> str:

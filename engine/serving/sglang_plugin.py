@@ -282,6 +282,17 @@ def _resolve(target: str):
     raise ImportError(f"no module of {target} can be imported")
 
 
+def _installed(target: str):
+    """What stands at `target` now, found as SGLang's HookRegistry finds it (pkgutil.resolve_name of
+    what holds it, then the attribute as stored there): once SGLang applied the hooks, another
+    object than before."""
+    import inspect
+    import pkgutil
+
+    holder, _, name = target.rpartition(".")
+    return inspect.getattr_static(pkgutil.resolve_name(holder), name)
+
+
 def _register(family, routing, originals, release) -> None:
     import logging
 
@@ -306,17 +317,19 @@ def _register(family, routing, originals, release) -> None:
             hooks[target] = factory(original, logger, (logging.getLogger(line_of.__module__), line_of))
         else:
             hooks[target] = factory(original, logger)
+    unpatched = {target: _installed(target) for target in hooks}
     for target, hook in hooks.items():
         HookRegistry.register(target, hook, HookType.REPLACE)
 
     def hisparse_router_guard(*args, **kwargs):
         """Before resolution: every replacement is in place, and is the last one registered on
         its target, or the launch stops."""
+        from engine.sglang.hook_targets import last_replace_hook
+
         for target, hook in hooks.items():
-            replaces = [h for kind, h, _ in HookRegistry._hooks.get(target, ()) if kind == HookType.REPLACE]
-            if target not in HookRegistry._patched:
+            if _installed(target) is unpatched[target]:
                 why = "was not applied"
-            elif not replaces or replaces[-1] is not hook:
+            elif last_replace_hook(target) is not hook:
                 why = "is overridden by another plugin's REPLACE hook"
             else:
                 continue

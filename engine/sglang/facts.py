@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from engine.errors import EngineError
+from engine.sglang.hook_targets import deepseek_family_archs, hisparse_hook_is_hip
 
 _MODEL_CONFIG = "sglang.srt.configs.model_config"
 _OVERRIDES = "sglang.srt.arg_groups.overrides"
@@ -35,7 +36,7 @@ def dsa_gate(hf_config, g: dict) -> str:
     `is_deepseek_dsa` (looked up where SGLang imports it from, at call time). Returns the
     architecture; raises Outside when the pass returns {} there."""
     arch = hf_config.architectures[0]
-    if arch not in g["_DEEPSEEK_FAMILY_ARCHS"]:
+    if arch not in deepseek_family_archs(g):
         raise Outside("not a DeepSeek-family architecture")
     if not sys.modules[_MODEL_CONFIG].is_deepseek_dsa(hf_config):
         raise Outside("not a DSA model")
@@ -61,7 +62,7 @@ def platform_of(g: dict, how: str, hip_how: str | None = None) -> str:
         p = g["get_platform"]()
         return "npu" if p.is_npu else "xpu" if p.is_xpu else "hip" if p.is_hip else "cuda"
     if how == "_is_hip":
-        return "hip" if g["_is_hip"]() else "cuda"
+        return "hip" if hisparse_hook_is_hip(g) else "cuda"
     for name in ("npu", "xpu", "hip"):
         probe = g.get(f"is_{name}")
         if probe is not None and probe():

@@ -1,5 +1,6 @@
 """Where SGLang keeps its DSA routing, per release: the functions the plugin replaces
-(engine/serving/sglang_plugin.py) and the resolution entry point its guard runs before.
+(engine/serving/sglang_plugin.py) and the resolution entry point its guard runs before; and, at
+the end, the adapters through which the engine reads SGLang's private names, one each.
 
 Each target was read in the release's wheel. A release this table does not know is driven by
 the newest family when every target of that family exists in it, and refused otherwise: the
@@ -225,3 +226,92 @@ def family_of(release: str) -> HookFamily | None:
 
     row = registry.release(release)
     return BY_NAME[row.hooks] if row is not None else None
+
+
+# -- SGLang's privates ------------------------------------------------------------------------------
+# Every read (or write) of a private name of SGLang in engine/ is one of the adapters below
+# (tests/test_private_access.py allows these and no other; docs/design.md lists them), each where
+# the releases it names keep the fact nowhere public: read in every release's wheel, 0.5.11 to
+# 0.5.23. When SGLang renames one, this is the one place that changes.
+
+def last_replace_hook(target: str):
+    """The REPLACE hook that takes effect on `target` (the last registered), or None.
+    `HookRegistry._hooks` (target -> [(HookType, hook, source)]), the same in every release 0.5.11
+    to 0.5.23: the registry's methods are register, apply_hooks and reset, none of which says what
+    is registered, so only here can the plugin's guard see another plugin's REPLACE, registered
+    later, override its own. (Whether a hook was applied has a public answer: the plugin looks
+    at the target itself.)"""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    replaces = [hook for kind, hook, _ in HookRegistry._hooks.get(target, ()) if kind == HookType.REPLACE]
+    return replaces[-1] if replaces else None
+
+
+def deepseek_family_archs(overrides_namespace: dict) -> frozenset:
+    """The DSA passes' own gate list, `_DEEPSEEK_FAMILY_ARCHS` of arg_groups/overrides.py
+    (0.5.15 to 0.5.23), from the module's namespace (a module's vars, or a pass's globals): the
+    policy's model inputs follow the installed release's list, which SGLang keeps only there."""
+    return overrides_namespace["_DEEPSEEK_FAMILY_ARCHS"]
+
+
+def hisparse_hook_is_hip(hisparse_hook_namespace: dict) -> bool:
+    """hisparse_hook's `_is_hip()` (0.5.14 to 0.5.18), from the module's namespace: the HiSparse
+    backend check of those releases asks it, and nothing public, whether it runs on ROCm; its
+    replacement asks the same."""
+    return hisparse_hook_namespace["_is_hip"]()
+
+
+def resolution_finished(server_args) -> bool:
+    """Whether a 0.5.19-0.5.23 ServerArgs record has been resolved: `_resolution_finished`, which
+    SGLang's own code reads the same way (resolve_once, declare_resolution); no public method
+    says it, and a resolved record refuses declarations."""
+    return getattr(server_args, "_resolution_finished", False)
+
+
+def platform_fact_names(runtime_context) -> frozenset:
+    """The facts `override_platform` accepts (0.5.19 to 0.5.23): the keys of runtime_context's
+    `_PLATFORM_PROBES` and `_PLATFORM_VALUES`, which differ by release and are listed only there;
+    the conform driver offers each release exactly the facts it knows."""
+    return frozenset(runtime_context._PLATFORM_PROBES) | frozenset(runtime_context._PLATFORM_VALUES)
+
+
+def handle_model_specific_adjustments(server_args) -> None:
+    """SGLang 0.5.11 to 0.5.18's own routing code, the ServerArgs method
+    `_handle_model_specific_adjustments` (0.5.15-0.5.18: it runs their DSA passes), which the
+    conform driver runs as __post_init__ would."""
+    server_args._handle_model_specific_adjustments()
+
+
+def post_init_effects(server_args) -> None:
+    """What SGLang 0.5.11 to 0.5.18's __post_init__ does that their routing reads, for a ServerArgs
+    built without it: `--quantization unquant` becomes None and sets
+    `_quantization_explicitly_unset`, and, where the release has it (0.5.14-0.5.18),
+    `_parse_cuda_graph_config()` turns the CUDA graph flags into a CudaGraphConfig (it reads no
+    device), run as the release's own code."""
+    server_args._quantization_explicitly_unset = server_args.quantization == "unquant"
+    if server_args.quantization == "unquant":
+        server_args.quantization = None
+    if callable(getattr(server_args, "_parse_cuda_graph_config", None)):
+        server_args._parse_cuda_graph_config()
+
+
+def hisparse_validation(overrides_module):
+    """SGLang 0.5.15 to 0.5.18's HiSparse check, the pass `_hisparse_validation` of
+    arg_groups/overrides.py that check_server_args runs at its slot: the conform driver runs it
+    there too."""
+    return overrides_module._hisparse_validation
+
+
+def begin_declarations(server_args) -> None:
+    """The first statement of SGLang 0.5.15 to 0.5.18's __post_init__, for a ServerArgs built
+    without it: an empty `_resolved_overrides`, the stash where their passes declare."""
+    server_args._resolved_overrides = []
+
+
+def declarations_pending(server_args) -> bool:
+    """Whether a ServerArgs (0.5.15 on) holds declarations of its passes not yet written to its
+    fields (a raise midway through __post_init__): `_resolved_overrides` and
+    `_declarations_materialized`, which SGLang reads the same way; its public `resolved_view`
+    then gives the values."""
+    return bool(getattr(server_args, "_resolved_overrides", None)) and \
+        not getattr(server_args, "_declarations_materialized", False)

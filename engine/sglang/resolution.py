@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from engine.sglang.hook_targets import deepseek_family_archs, resolution_finished
+
 _OVERRIDES = "sglang.srt.arg_groups.overrides"
 
 
@@ -103,7 +105,7 @@ def _detect(obj, policy) -> dict:
         from sglang.srt.configs.model_config import is_deepseek_dsa
 
         arch = hf_config.architectures[0]
-        out["dsa_model"] = bool(arch in mod._DEEPSEEK_FAMILY_ARCHS and is_deepseek_dsa(hf_config))
+        out["dsa_model"] = bool(arch in deepseek_family_archs(vars(mod)) and is_deepseek_dsa(hf_config))
         if out["dsa_model"] and DSA_ARCHITECTURES.get(arch):
             out["model_family"] = DSA_ARCHITECTURES[arch]
     except Exception:  # no readable model config
@@ -198,7 +200,7 @@ def apply_to_record(server_args, policy, env: dict, logger):
     """`engine.sglang.apply` on an SGLang 0.5.2x ServerArgs: before (or during) resolution the
     changes are declared and the policy's lines logged; a resolved record is only judged."""
     decision, changes = decide(server_args, policy, env)
-    if not getattr(server_args, "_resolution_finished", False):
+    if not resolution_finished(server_args):
         if changes:
             overrides_module().declare_resolution(server_args, _source(policy), **changes)
         for line in decision.log:

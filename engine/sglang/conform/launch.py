@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from engine.sglang import registry
+from engine.sglang import hook_targets, registry
 from engine.sglang.conform import machine, startup
 from engine.sglang.conform.protocol import Case, Result
 
@@ -96,7 +96,7 @@ def run(driver, case: Case) -> Result:
 def resolved(sa):
     """The ServerArgs as resolved: itself, or, while `__post_init__`'s passes have declarations not
     yet materialized (0.5.15 on, a raise midway), `resolved_view` of it."""
-    if getattr(sa, "_resolved_overrides", None) and not getattr(sa, "_declarations_materialized", False):
+    if hook_targets.declarations_pending(sa):
         from sglang.srt.arg_groups.overrides import resolved_view
 
         return resolved_view(sa)

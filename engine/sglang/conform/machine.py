@@ -65,7 +65,9 @@ def known_facts() -> frozenset:
     any other)."""
     import sglang.srt.runtime_context as context
 
-    return frozenset(context._PLATFORM_PROBES) | frozenset(context._PLATFORM_VALUES)
+    from engine.sglang.hook_targets import platform_fact_names
+
+    return platform_fact_names(context)
 
 
 @contextmanager

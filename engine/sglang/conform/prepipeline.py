@@ -53,6 +53,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
+from engine.sglang import hook_targets
 from engine.sglang.conform import launch, startup, torchvision_stub
 from engine.sglang.conform.machine import PatchedHelpers
 from engine.sglang.conform.model_folders import ModelFolders
@@ -176,7 +177,7 @@ class Driver:
                 sa = startup.without_post_init(self.sa_module.ServerArgs, namespace)
                 self.begin(sa)
                 with self.platform.case(case.platform, tuple(case.capability)):
-                    sa._handle_model_specific_adjustments()
+                    hook_targets.handle_model_specific_adjustments(sa)
                     for stage, step in self.checks(sa):
                         step()
             except (Exception, SystemExit) as exc:  # SGLang's own error (argparse's: ParserError)

@@ -92,12 +92,10 @@ def without_post_init(server_args_class, namespace):
     reads: `--quantization unquant` becomes None and sets `_quantization_explicitly_unset`, and,
     where the release has it, its own `_parse_cuda_graph_config()` (flags to a CudaGraphConfig; it
     reads no device), which the non-DSA DeepSeek branch reads from 0.5.14."""
+    from engine.sglang.hook_targets import post_init_effects
+
     sa = before_post_init(server_args_class, namespace)
-    sa._quantization_explicitly_unset = sa.quantization == "unquant"
-    if sa.quantization == "unquant":
-        sa.quantization = None
-    if callable(getattr(sa, "_parse_cuda_graph_config", None)):
-        sa._parse_cuda_graph_config()
+    post_init_effects(sa)
     return sa
 
 

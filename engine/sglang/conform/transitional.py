@@ -27,7 +27,7 @@ context), the model is a `model_folders` folder, torchvision is `torchvision_stu
 every driver shares."""
 from __future__ import annotations
 
-from engine.sglang import registry
+from engine.sglang import hook_targets, registry
 from engine.sglang.conform.prepipeline import Driver, Names
 
 VERSIONS = registry.driven_by(__name__)
@@ -69,12 +69,12 @@ class Transitional(Driver):
 
         self.resolved_view = overrides.resolved_view
         self.run_pass = overrides.run_post_process_pass
-        self.hisparse_validation = overrides._hisparse_validation
+        self.hisparse_validation = hook_targets.hisparse_validation(overrides)
         self.parse_hisparse_config = parse_hisparse_config
         return server_args
 
     def begin(self, sa) -> None:
-        sa._resolved_overrides = []  # the first statement of __post_init__
+        hook_targets.begin_declarations(sa)  # the first statement of __post_init__
 
     def checks(self, sa):
         yield "check", lambda: self.run_pass(sa, self.hisparse_validation)
