@@ -26,7 +26,7 @@ BRIDGE_HINT = ("the kernel bridge needs torch and numpy: `pip install torch==2.1
 
 
 def cmd_attend(argv) -> int:
-    policy = policy_from_argv(argv)
+    policy, model = policy_from_argv(argv)
     parser, own = _attend_parser(policy)
     collisions = colliding_inputs(policy, own)
     if collisions:
@@ -34,7 +34,7 @@ def cmd_attend(argv) -> int:
     add_input_flags(parser, policy, defaults={name: True for name in ATTEND_ON})
     ns = parser.parse_args(argv)
     base = {name: True for name in ATTEND_ON if name in policy.inputs}
-    config = combined(policy, layers_from_args(policy, ns, base=base)).config
+    config = combined(policy, layers_from_args(policy, ns, base=base), model=model).config
     if ns.trace is not None:
         return _attend_trace(policy, config, ns)
     from kernels_bridge.workload_spec import DEFAULT_TOP_K, Workload

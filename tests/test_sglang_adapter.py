@@ -1,6 +1,8 @@
 """The SGLang command-line adapter on real-world style launch commands, and apply() on a
 stand-in object with SGLang's attribute names."""
+import json
 import logging
+import os
 import shlex
 
 import pytest
@@ -347,3 +349,29 @@ def test_apply_v3_with_hisparse_config_attribute():
     args.hisparse_config = '{"device_buffer_size": 1000}'
     with pytest.raises(ValueError, match=r"device_buffer_size \(1000\)"):
         apply(args, V3, sm_major=9, platform="cuda")
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--model-path", "{m}", "--format", "json"],
+    ["explain", "--model-path", "{m}"],
+    ["evaluate", "--", "python", "-m", "sglang.launch_server", "--model-path", "{m}"],
+    ["evaluate", "--model-path", "{m}", "--batch", "{batch}"],
+])
+def test_a_model_folder_is_read_once_per_command(tmp_path, capsys, monkeypatch, argv):
+    """The model read to choose the family's version is handed on: its config.json is read once,
+    not again where the config is put together (a batch line naming no model of its own included)."""
+    from engine.sglang import models
+
+    folder = tmp_path / "v4"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"],
+                                                    "model_type": "deepseek_v4"}))
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text('{"kv_cache_dtype": "fp8_e4m3"}\n{"kv_cache_dtype": "bfloat16"}\n')
+    reads = []
+    real = models._from_config
+    monkeypatch.setattr(models, "_from_config", lambda path: reads.append(path) or real(path))
+    argv = [a.format(m=folder, batch=batch) for a in argv]
+    code, out, err = run_cli(capsys, argv[0], "--policy", "sglang==0.5.23", *argv[1:])
+    assert code == 0 and ("dsv4-backends@13" in out or '"family": "dsv4-backends", "version": 13' in out), err
+    assert reads == [os.path.join(str(folder), "config.json")]

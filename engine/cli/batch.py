@@ -8,7 +8,8 @@ from engine.cli.options import ERROR, OK, VIOLATION, emit_json
 from engine.values import kind, one_line
 
 
-def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None) -> int:
+def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str | None = None,
+              model=None) -> int:
     """Evaluate each line of a JSON Lines source. Lines are read as bytes and decoded one by one,
     at most HISPARSE_MAX_FILE_BYTES each, so a bad line (not UTF-8, too long, not JSON) gets its
     own error object and every other line is still evaluated, in order. The source is a regular
@@ -26,7 +27,7 @@ def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str
                 raise ConfigError([Problem("C505", f"line {number}: more than {MAX_LINE_FACTOR * max_file_bytes()} "
                                            "bytes without a newline; stopped reading", source,
                                            hint="one JSON object per line")])
-            result, status, decision, given = batch_line(policy, base, said, line, number)
+            result, status, decision, given = batch_line(policy, base, said, line, number, model)
             if record and decision is not None:
                 from engine.serving.records import append_records
 
@@ -49,7 +50,7 @@ def run_batch(policy, base: list, said: list, source: str, fmt: str, record: str
     return worst
 
 
-def batch_line(policy, base, said, line, number: int):
+def batch_line(policy, base, said, line, number: int, model=None):
     def bad(problems):
         first = problems[0]
         err = {"code": first.code, "message": first.message}
@@ -91,7 +92,7 @@ def batch_line(policy, base, said, line, number: int):
         from engine.sglang.layers import read_layer
 
         layer = read_layer(policy, obj, f"line {number}")
-        g = combine(policy, base + [layer])
+        g = combine(policy, base + [layer], model)
         d = policy.evaluate(g.config)
     except ConfigError as exc:
         return bad(exc.problems)

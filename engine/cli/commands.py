@@ -27,7 +27,7 @@ from engine.values import clip, one_line, shown
 # -- commands ------------------------------------------------------------------------------------
 def cmd_evaluate(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = policy_from_argv(argv, launch)
+    policy, model = policy_from_argv(argv, launch)
     parser = Parser(prog="hisparse evaluate",
                     usage="hisparse evaluate [options] [-- python -m sglang.launch_server ARGS...]",
                     description="Decide the attention backends for a server config and check it. The config "
@@ -43,7 +43,7 @@ def cmd_evaluate(argv) -> int:
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
     layers = layers_from_args(policy, ns, ns.config, launch)
-    g = combined(policy, layers)
+    g = combined(policy, layers, model=model)
     if ns.record:
         from engine.files.streams import check_record_target
 
@@ -51,7 +51,7 @@ def cmd_evaluate(argv) -> int:
     if ns.batch:
         from engine.cli.batch import run_batch
 
-        return run_batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record)
+        return run_batch(policy, layers, g.notes, ns.batch, ns.format or "json", ns.record, model)
     decision = policy.evaluate(g.config)
     if ns.record:
         from engine.serving.records import append_records
@@ -71,7 +71,7 @@ def cmd_evaluate(argv) -> int:
 
 def cmd_explain(argv) -> int:
     argv, launch = split_launch(argv)
-    policy = policy_from_argv(argv, launch)
+    policy, model = policy_from_argv(argv, launch)
     parser = Parser(prog="hisparse explain",
                     usage="hisparse explain [options] [-- python -m sglang.launch_server ARGS...]",
                     description="Show every stage, rule and check the policy tried for a config, and why.")
@@ -81,7 +81,7 @@ def cmd_explain(argv) -> int:
                         help="json: the stages, rules and results as data, and the decision")
     add_input_flags(parser, policy)
     ns = parser.parse_args(argv)
-    g = combined(policy, layers_from_args(policy, ns, ns.config, launch))
+    g = combined(policy, layers_from_args(policy, ns, ns.config, launch), model=model)
     decision, events = policy.trace(g.config)
     from engine.cli.decision_text import explanation_json, explanation_text
 

@@ -20,7 +20,7 @@ from engine.sglang.argv import add_input_flags
 
 def cmd_launch(argv) -> int:
     argv, command = split_launch(argv)
-    policy = policy_from_argv(argv, command)
+    policy, model = policy_from_argv(argv, command)
     parser = Parser(prog="hisparse launch",
                     usage="hisparse launch [--policy REF] [--policy-dir DIR] [--record FILE] [--allow-incapable] [input flags] "
                           "-- python -m sglang.launch_server ARGS... (or: sglang serve ARGS...)",
@@ -41,7 +41,7 @@ def cmd_launch(argv) -> int:
     from engine.sglang.launch import command_words
 
     command = command_words(command)  # one quoted string: the words judged are the words run
-    g = combined(policy, layers_from_args(policy, ns, None, command))
+    g = combined(policy, layers_from_args(policy, ns, None, command), model=model)
     _check_records(ns.record)
     decision = policy.evaluate(g.config)
     refusal = _refusal(decision, ns.allow_incapable)

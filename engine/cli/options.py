@@ -164,7 +164,8 @@ def policy_from_argv(argv, launch=None):
     """The policy the command line names (--policy, --policy-dir) for the model it names, read
     before the command's own parser is built: the policy's inputs are options of that parser. A
     reference that covers every family (none, sglang==X, installed, a folder) gives the version of
-    the family that routes the model's class (engine/sglang/policy_sets.py)."""
+    the family that routes the model's class (engine/sglang/policy_sets.py). Returns (policy, the
+    model read to choose it: (path, Model), or None), the model handed on to be read no more."""
     pre = Parser(add_help=False)
     pre.add_argument("--policy")
     pre.add_argument("--policy-dir")
@@ -267,11 +268,12 @@ def layers_from_args(policy, ns, config_file=None, launch=None, base=None) -> li
     return layers
 
 
-def combined(policy, layers, said=()):
-    """The layers combined (engine.sglang.given.Given); notes not already said go to stderr."""
+def combined(policy, layers, said=(), model=None):
+    """The layers combined (engine.sglang.given.Given); notes not already said go to stderr.
+    model: the model policy_from_argv read, (path, Model)."""
     from engine.sglang.given import combine
 
-    g = combine(policy, layers)
+    g = combine(policy, layers, model)
     for note in g.notes:
         if note not in said:
             print(f"note: {one_line(note)}", file=sys.stderr)

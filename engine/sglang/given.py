@@ -29,10 +29,11 @@ class Given(Record):
     __slots__ = FIELDS
 
 
-def combine(policy, layers) -> Given:
+def combine(policy, layers, known=None) -> Given:
     """The config the layers give, in order (later wins), and what the model path they give
-    decides where no layer gives it. Raises ConfigError when a model path's config.json cannot be
-    read."""
+    decides where no layer gives it. known: (path, Model) already read for that path (the
+    policy's choice read it), which is not read again. Raises ConfigError when a model path's
+    config.json cannot be read."""
     final: dict = {}  # input -> (key, value, origin): origin None (the input itself) or an option
     options: dict = {}  # option -> (key, object)
     model = None
@@ -69,7 +70,7 @@ def combine(policy, layers) -> Given:
         from engine.sglang.models import read_model
 
         given[model[0]] = model[1]
-        read = read_model(policy, model[1])
+        read = read_model(policy, model[1], known[1] if known and known[0] == model[1] else None)
         notes += read.notes
         for name, value in read.inputs.items():
             if name not in final:  # given explicitly, an input beats what the model path says

@@ -158,10 +158,11 @@ class _ReleaseFlags:
     def __init__(self, policy):
         from engine.sglang.registry import release_flags
 
-        upstream = policy.upstream
-        tables = [release_flags(r) for r in upstream.releases] if upstream.project == "sglang" else []
+        upstream = policy.upstream  # None: a policy that models no upstream
+        releases = list(upstream.releases) if upstream is not None and upstream.project == "sglang" else []
+        tables = [release_flags(r) for r in releases]
         self.flags = frozenset().union(*tables) if tables and None not in tables else None
-        self.label = f"SGLang {', '.join(upstream.releases)}"
+        self.label = f"SGLang {', '.join(releases)}"
 
     def refuses(self, flag: str, exact: bool) -> list[Problem]:
         """A problem when the releases' parser refuses `flag`: a flag it lacks (`exact`: the flag

@@ -140,7 +140,7 @@ def model_is_dsa(model_path: str) -> bool | None:
     return identify(model_path).dsa
 
 
-def read_model(policy, model_path: str) -> ModelRead:
+def read_model(policy, model_path: str, named: Model | None = None) -> ModelRead:
     """The model a path names, read once for the policy, with the inputs it decides: a DSA
     policy's dsa_model, and model_family where the policy declares it and routes the model's
     class. A policy that declares neither reads no model. Raises ConfigError for an unreadable
@@ -152,7 +152,7 @@ def read_model(policy, model_path: str) -> ModelRead:
     missing = missing_folder_note(model_path)
     if missing:
         notes.append(missing)
-    named = identify(model_path)
+    named = named or identify(model_path)
     model = served_as(policy, named, model_path, notes)
     if "dsa_model" in policy.inputs:
         if model.dsa is None:

@@ -36,24 +36,25 @@ class PolicySet:
             return self.policies[0]  # one policy named: a model nothing tells about is its own
         return None
 
-    def choose(self, model_path: str | None) -> Policy:
-        """The policy for the model a path names (None: none given). Raises PolicyError when no
-        policy of the set routes its class."""
+    def choose(self, model_path: str | None) -> tuple:
+        """(the policy for the model a path names, the model as read: (path, Model), handed on
+        so that it is not read again; None when no path was given or its config.json cannot be
+        read). Raises PolicyError when no policy of the set routes its class."""
         if not model_path:
-            return self.for_class(None) or self.policies[0]
+            return self.for_class(None) or self.policies[0], None
         from engine.errors import ConfigError
         from engine.sglang.models import CLASS_NAMES, identify
 
         try:
             model = identify(model_path)
-        except ConfigError:
-            return self.for_class(None) or self.policies[0]  # the config.json's problem is reported when read
+        except ConfigError:  # the config.json's problem is reported where the config is read
+            return self.for_class(None) or self.policies[0], None
         cls = model.model_class
         if cls is not None and model.since and self.release and _older(self.release, model.since):
             cls = "other"  # that release does not know the model: another model to it
         policy = self.for_class(cls)
         if policy is not None:
-            return policy
+            return policy, (model_path, model)
         routes = "; ".join(f"{p.family}@{p.version} routes {', '.join(p.models)}" for p in self.policies)
         hint = ("name a version of the family that routes it (FAMILY@N), or a reference that covers every "
                 "family: sglang==X, installed, or a policy folder")
