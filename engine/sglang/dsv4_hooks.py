@@ -23,7 +23,8 @@ import os
 
 from engine.language.interpreter import Part
 from engine.sglang import facts
-from engine.sglang.routing_hooks import NotEnforceable, PolicyRouting, Unmodelled, is_server_args, log_as, record_of
+from engine.sglang.routing_hooks import (NotEnforceable, PolicyRouting, Unmodelled, deciding_line, is_server_args,
+                                         log_as, record_of)
 from engine.sglang.server_args import raise_refusal
 
 KV_PART = "deepseek_v4_kv_cache_dtype"
@@ -41,8 +42,8 @@ class V4Routing(PolicyRouting):
     def __init__(self, policy, shipped, release: str, parts, shown_as=None, on_decision=None, reads=None):
         super().__init__(policy, shown_as, on_decision, {}, reads)
         self.shipped, self.release, self.parts = shipped, release, tuple(parts)
-        self.line = self.line.replace("DSA routing decided by", "DeepSeek-V4 routing decided by" if self.parts
-                                      else "DeepSeek-V4 routing checked against")
+        self.line = deciding_line(policy, shown_as, "DeepSeek-V4 routing decided by" if self.parts
+                                  else "DeepSeek-V4 routing checked against")
 
     # -- reading a call --------------------------------------------------------------------------
     def _values(self, obj) -> dict:

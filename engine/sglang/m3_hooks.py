@@ -35,7 +35,8 @@ import sys
 
 from engine.language.interpreter import Part
 from engine.sglang import facts
-from engine.sglang.routing_hooks import NotEnforceable, PolicyRouting, Unmodelled, is_server_args, log_as, record_of
+from engine.sglang.routing_hooks import (NotEnforceable, PolicyRouting, Unmodelled, deciding_line, is_server_args,
+                                         log_as, record_of)
 from engine.sglang.server_args import attr_names
 
 PART = "minimax_m3_overrides"
@@ -60,7 +61,7 @@ class M3Routing(PolicyRouting):
     def __init__(self, policy, shipped, release: str, shown_as=None, on_decision=None, reads=None):
         super().__init__(policy, shown_as, on_decision, {}, reads)
         self.shipped, self.release = shipped, release
-        self.line = self.line.replace("DSA routing decided by", "MiniMax-M3 routing decided by")
+        self.line = deciding_line(policy, shown_as, "MiniMax-M3 routing decided by")
         # the policy inputs the part writes, and the attribute names of every input (what SGLang's
         # provider declares of them is the policy's to say)
         self.part_fields = tuple(dict.fromkeys(n for r in policy.rule_list if r.part == PART for n in r.set))

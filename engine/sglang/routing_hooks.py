@@ -34,12 +34,13 @@ from engine.sglang import facts
 from engine.sglang.server_args import attr_names, raise_refusal
 
 
-def deciding_line(policy, shown_as: str | None = None) -> str:
+def deciding_line(policy, shown_as: str | None = None, what: str = "DSA routing decided by") -> str:
     """The line that names the deciding policy: family@version and the file's sha256 prefix, and
-    the file when the policy was named by its path."""
+    the file when the policy was named by its path. `what`: the routing and how the policy took
+    part (a model class's routing, decided by it or checked against it)."""
     ident = f"{policy.family}@{policy.version} sha256={policy.sha256[:12]}"
     where = f" from {shown_as}" if shown_as else ""
-    return f"hisparse-router: DSA routing decided by policy {ident}{where}"
+    return f"hisparse-router: {what} policy {ident}{where}"
 
 
 def log_as(logger: logging.Logger, original, line: str, level: int = logging.WARNING) -> None:
