@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from bench.common import ROOT, child_env, goal, interleaved, processes, write_result
+from engine.analysis import domain
 
 PY = sys.executable
 CLI = [PY, "-m", "kernels_bridge.cli"]  # `hisparse`, as the console script starts it
@@ -24,7 +25,7 @@ def decision_cost(quick: bool) -> tuple[dict, dict]:
     from bench.flat_v2 import decide
 
     policy = engine.load_policy("dsa-backends@2")
-    configs = list(policy.domain())
+    configs = list(domain.configs(policy))
     rows = [tuple(c.values()) for c in configs]
     n = len(policy.rule_list)
     probe = policy.probe(False)
@@ -109,7 +110,7 @@ def analyses(quick: bool, cache_dir: str, folder: str) -> tuple[dict, dict]:
 
     env = child_env(HISPARSE_CACHE_DIR=cache_dir)
     large = large_policy(folder)
-    size = engine.load_policy(large).domain_size()
+    size = domain.config_count(engine.load_policy(large))
     cmds = {"check": CLI + ["check", "policies/"],
             "check_v10": CLI + ["check", "policies/dsa-backends/v10.yaml"],  # the largest domain
             "diff_v9_v10": CLI + ["diff", "dsa-backends@9", "dsa-backends@10", "--format", "json"],
