@@ -82,9 +82,7 @@ class Policy:
         return self._probes[count]
 
     # -- identity ----------------------------------------------------------------------------
-    @property
-    def ref(self) -> str:
-        return f"{self.family}@{self.version}"
+    ref = property(lambda self: f"{self.family}@{self.version}")
 
     def identity(self) -> dict:
         return {"family": self.family, "version": self.version, "sha256": self.sha256}
