@@ -7,6 +7,7 @@ import os
 import engine
 from bench.common import ROOT
 from bench.flat_v2 import decide
+from engine.analysis import domain
 
 
 def read(name):
@@ -16,7 +17,7 @@ def read(name):
 
 def test_flat_baseline_equals_the_policy_on_the_whole_v2_domain():
     policy = engine.load_policy("dsa-backends@2")
-    configs = list(policy.domain())
+    configs = list(domain.configs(policy))
     assert len(configs) == 12288
     outcomes = set()
     for config in configs:

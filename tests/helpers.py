@@ -7,6 +7,7 @@ import sys
 
 import engine
 from kernels_bridge.cli import main  # `hisparse`: the engine's commands and the bridge's
+from engine.analysis import domain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -74,7 +75,7 @@ def assert_bulk_equals_evaluate(policy, configs=None) -> int:
     """The bulk evaluator decides as evaluate (the interpreter) on every config of `configs`
     (default: the whole domain): acceptance, resolved values, sources, log lines, violations
     (check, phase, message, location, raises) and scope. Returns the number of configs."""
-    configs = list(policy.domain()) if configs is None else list(configs)
+    configs = list(domain.configs(policy)) if configs is None else list(configs)
     for config, bulk in zip(configs, bulk_decisions(policy, configs)):
         d = policy.evaluate(config)
         assert bulk.outcome() == d.outcome(), config
@@ -92,7 +93,7 @@ def assert_probe_counts_like_traces(policy, every: int = 1) -> None:
     n = len(policy.rule_list)
     held, chosen, want_held, want_chosen = [0] * n, [0] * n, [0] * n, [0] * n
     index = {r.name: i for i, r in enumerate(policy.rule_list)}
-    sample = [config for k, config in enumerate(policy.domain()) if not k % every]
+    sample = [config for k, config in enumerate(domain.configs(policy)) if not k % every]
     got = []
     policy.probe()([tuple(c.values()) for c in sample], got.append, held, chosen)
     assert len(got) == len(sample)

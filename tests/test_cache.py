@@ -17,6 +17,7 @@ from engine.files import catalog
 from engine.files.heads import Head
 from engine.files.reading import sha256
 from tests.helpers import ROOT, minimal_text, write_policy
+from engine.analysis import domain
 
 SHIPPED = [f"{family}@{v}" for family, versions in engine.list_families().items() for v in versions]
 
@@ -70,7 +71,7 @@ def test_a_cached_policy_decides_what_the_file_decides(folder, ref):
     # the same rule model (every field of every rule) decides alike: a stride of the domain here,
     # the whole domain in bulk below
     assert cached.rule_list == compiled.rule_list
-    for k, config in enumerate(compiled.domain()):
+    for k, config in enumerate(domain.configs(compiled)):
         if not k % 97:
             assert cached.evaluate(config).to_dict() == compiled.evaluate(config).to_dict()
     assert [r.name for r in cached.rule_list] == [r.name for r in compiled.rule_list]
@@ -84,8 +85,6 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
     """What a policy declares (upstream, inputs with their removed and deprecated spellings,
     phases with the backends each accepts) comes from the entry as the file gives it, and so does
     every decision of the whole domain, from evaluate and from the bulk probe."""
-    from engine.analysis import domain
-
     monkeypatch.setenv("HISPARSE_NO_CACHE", "1")
     fresh = _fresh_load(ref)
     monkeypatch.delenv("HISPARSE_NO_CACHE")
@@ -107,7 +106,7 @@ def test_a_cached_load_equals_a_fresh_load(folder, ref, monkeypatch):
         with pytest.raises(engine.ConfigError) as got:
             cached.evaluate({key: None})
         assert got.value.problems == want.value.problems
-    configs = list(fresh.domain())
+    configs = list(domain.configs(fresh))
     for config in configs[::97]:
         a, b = cached.evaluate(config), fresh.evaluate(config)
         assert a.to_dict() == b.to_dict() and a.violations == b.violations, config
@@ -262,7 +261,7 @@ def test_corrupt_entries_are_ignored_and_rewritten(folder, every):
     """A damaged entry is never used: the policy parsed again decides as before on every config
     (every 13th in make test)."""
     v2 = engine.load_policy("dsa-backends@2")
-    want = {tuple(c.items()): v2.evaluate(c).to_dict() for k, c in enumerate(v2.domain()) if not k % every}
+    want = {tuple(c.items()): v2.evaluate(c).to_dict() for k, c in enumerate(domain.configs(v2)) if not k % every}
     path = _entry("dsa-backends@2")
     with open(path, "rb") as fh:
         good = fh.read()

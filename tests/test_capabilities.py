@@ -15,6 +15,7 @@ from engine.analysis.capability import can_run, known_gap
 from engine.analysis.lint import lint
 from engine.files.shipped import DEFAULT_POLICY, shipped_policy_dir
 from tests.helpers import ROOT, minimal_text, run_cli, write_policy
+from engine.analysis import domain
 
 POLICY = engine.load_policy(DEFAULT_POLICY)
 TEXT = open(os.path.join(ROOT, POLICY.path), encoding="utf-8").read()
@@ -79,7 +80,7 @@ def test_the_fp8_kernel_reads_fp8_rows_only_and_flashmla_sparse_decodes_bf16_onl
 def test_every_default_route_of_the_newest_version_is_one_its_backends_run():
     """The capabilities do not refuse what SGLang routes: every accepted DSA config's default
     backends run it, except the known gaps."""
-    for k, config in enumerate(POLICY.domain({"dsa_prefill_backend": [None], "dsa_decode_backend": [None]})):
+    for k, config in enumerate(domain.configs(POLICY, {"dsa_prefill_backend": [None], "dsa_decode_backend": [None]})):
         d = POLICY.evaluate(config)
         if not d.ok or not d.in_scope:
             continue

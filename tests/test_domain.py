@@ -13,13 +13,14 @@ from engine.analysis.diff import diff, restrict, union_axes
 from engine.analysis.lint import lint
 from engine.files.catalog import list_families
 from tests.helpers import NSA_ALIASES, load_text
+from engine.analysis import domain
 
 # every shipped version, each on its whole declared domain (2.3 M configs in all): the bulk
 # evaluator is generated code, and a sample could miss the one combination a generator bug hits.
 # The versions with more than 100,000 configs run whole in `make test-whole` (CI), and on a
 # stratified sample in `make test`.
 SHIPPED = [f"dsa-backends@{v}" for v in list_families()["dsa-backends"]]
-LARGE = [ref for ref in SHIPPED if engine.load_policy(ref).domain_size() > 100_000]
+LARGE = [ref for ref in SHIPPED if domain.config_count(engine.load_policy(ref)) > 100_000]
 WHOLE = pytest.mark.whole
 
 SYN_A = """
@@ -205,10 +206,8 @@ def test_bulk_outcomes_equal_evaluate_on_a_stratified_sample(ref, synthetic):
 
 
 def _assert_bulk_outcomes(ref, synthetic, configs=None):
-    from engine.analysis import domain
-
     policy = synthetic[2] if ref == "syn-c" else engine.load_policy(ref)
-    configs = list(policy.domain()) if configs is None else configs
+    configs = list(domain.configs(policy)) if configs is None else configs
     bulk = [r for chunk in domain.results(policy, [tuple(c.values()) for c in configs]) for r in chunk]
     assert len(bulk) == len(configs)
     for config, (values, log, first, scope) in zip(configs, bulk):
@@ -319,7 +318,7 @@ def _direct_lint_codes(policy):
     held, chosen, contradiction = set(), set(), {}
     defaults = {r.name for r in policy.stages["defaults"].rules}
     reads = _phases_read(policy)
-    for config in policy.domain():
+    for config in domain.configs(policy):
         trace = Trace()
         d = interpret.run(policy, config, config, trace)
         for step in trace.steps:
@@ -373,14 +372,14 @@ def test_lint_of_v10_equals_direct_evaluation():
     defaults = {r.name for r in policy.stages["defaults"].rules}
     reads = _phases_read(policy)
     contradiction = {}
-    for config in policy.domain():
+    for config in domain.configs(policy):
         for src in _blamed(policy.evaluate(config), reads):
             if src in defaults:
                 contradiction.setdefault(src, config)
     assert {name for code, name in found if code == "L403"} == set(contradiction)
     for name, config in contradiction.items():
         assert " ".join(f"{k}={engine.values.show(v)}" for k, v in config.items()) in found[("L403", name)]
-    for k, config in enumerate(policy.domain()):
+    for k, config in enumerate(domain.configs(policy)):
         if k % 97:
             continue
         trace = Trace()
@@ -424,10 +423,8 @@ def test_lint_equals_direct_evaluation(source, synthetic, tmp_path):
 
 
 def test_a_probe_that_loses_configs_is_an_error(monkeypatch):
-    from engine.analysis import domain
-
     policy = engine.load_policy("dsa-backends@1")
     real = policy.probe(False)
     monkeypatch.setitem(policy._probes, False, lambda configs, sink, held, chosen: real(configs[:-1], sink, held, chosen))
     with pytest.raises(RuntimeError, match="results for"):
-        list(domain.results(policy, [tuple(c.values()) for c in policy.domain()]))
+        list(domain.results(policy, [tuple(c.values()) for c in domain.configs(policy)]))

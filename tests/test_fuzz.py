@@ -35,6 +35,7 @@ from engine.files.reading import ReadError, decode_utf8
 from engine.files.yaml_reader import parse_yaml
 from tests.helpers import ROOT, assert_bulk_equals_evaluate
 from kernels_bridge import ValidationError, quantize_kv_fp8, reference, run_backend
+from engine.analysis import domain
 
 _ASKED = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES") or 0)
 LONG = _ASKED or (2000 if os.environ.get("HISPARSE_LONG") == "1" else 0)
@@ -282,13 +283,13 @@ def test_mutated_policies_load_or_fail_with_policy_error(ref, data, family_dir):
     code, text = _check_in_process(path)
     assert code == 0 and "internal error" not in text, text
     # a policy that loads decides alike in bulk and traced, on its domain and on random configs
-    size = policy.domain_size()
+    size = domain.config_count(policy)
     for k in data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=25)) if size else []:
         assert_bulk_equals_evaluate(policy, [_domain_config(policy, k)])
     for _ in range(5):
         config = data.draw(configs(policy))
         assert _outcome(policy.evaluate, config) == _outcome(lambda c: policy.trace(c)[0], config), config
-    if policy.domain_size() <= 20_000:  # the deep lint too (the shipped v3 takes a second)
+    if domain.config_count(policy) <= 20_000:  # the deep lint too (the shipped v3 takes a second)
         problems, _ = lint(policy)
         assert all(p.code in engine.CODES for p in problems)
 

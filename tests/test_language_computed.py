@@ -12,6 +12,7 @@ import engine
 from engine.analysis.classes import Classes
 from engine.analysis.domain import size
 from tests.helpers import assert_bulk_equals_evaluate, assert_probe_counts_like_traces, load_text, run_cli
+from engine.analysis import domain
 
 TEXT = """
 policy: computed
@@ -82,7 +83,7 @@ def test_a_value_set_by_an_earlier_rule_is_what_a_later_computation_reads(policy
 
 
 def test_every_evaluator_agrees_on_and_off_the_domain(policy):
-    assert assert_bulk_equals_evaluate(policy) == policy.domain_size()
+    assert assert_bulk_equals_evaluate(policy) == domain.config_count(policy)
     off = [dict(tp_size=tp, attn_dp_size=adp, attn_cp_size=acp, dp_size=1, enable_prefill_cp=cp, draft_tp=None)
            for tp, adp, acp, cp in itertools.product([3, 24, 1], [5, 1], [3, 1], [False, True])]
     assert_bulk_equals_evaluate(policy, off)
@@ -95,8 +96,8 @@ def test_each_class_of_the_domain_follows_one_path(policy):
     with those axes taken from it, computed values included."""
     domains = [policy.inputs[n].domain() for n in policy.input_names]
     cubes = Classes(policy, domains, lint=False).cubes(budget=10 ** 6)
-    assert cubes is not None and sum(size(len(s) for s in c) for c, _ in cubes) == policy.domain_size()
-    assert len(cubes) < policy.domain_size()  # the walk did group configs
+    assert cubes is not None and sum(size(len(s) for s in c) for c, _ in cubes) == domain.config_count(policy)
+    assert len(cubes) < domain.config_count(policy)  # the walk did group configs
     names = policy.input_names
     for cube, reads in cubes:
         first = [d[s[0]] for d, s in zip(domains, cube)]

@@ -11,6 +11,7 @@ import pytest
 import engine
 from engine.sglang.conform import sample
 from tests.helpers import assert_bulk_equals_evaluate, bulk_decisions, load_text, run_cli
+from engine.analysis import domain
 
 TEXT = """
 policy: ext
@@ -85,10 +86,10 @@ def test_multiple_of_is_an_integer_multiple(policy, chunk, page, ok):
 
 
 def test_the_declared_domain_is_the_union_of_its_parts_once_each(policy):
-    configs = list(policy.domain())
+    configs = list(domain.configs(policy))
     keys = [tuple(sorted(c.items(), key=lambda kv: kv[0])) for c in configs]
     # 4 (tp x dp) + 2 (the algos but None, whose config the first part holds) + 4 (chunk x page, layout v41)
-    assert len(keys) == len(set(keys)) == policy.domain_size() == 10
+    assert len(keys) == len(set(keys)) == domain.config_count(policy) == 10
     assert {c["tp"] for c in configs} == {1, 8} and {c["algo"] for c in configs} == {None, "EAGLE", "DSPARK"}
     assert all(c["layout"] is None or (c["layout"] == "v41" and c["tp"] == 1) for c in configs)
     # the bulk evaluator decides as evaluate on the declared domain and off it (values no part names)
@@ -117,7 +118,7 @@ def test_check_diff_and_table_read_a_domain_of_parts(tmp_path, policy, capsys):
         "set: {attn: a}", "set: {attn: b}").replace("tp: [1]", "tp: [1, 8]"), encoding="utf-8")
     code, out, err = run_cli(capsys, "diff", str(folder / "v1.yaml"), str(folder / "v2.yaml"), "--format", "json")
     report = json.loads(out)
-    assert code == 1 and report["total"] == policy.domain_size() + 2  # v2's part adds tp 8 with each algo
+    assert code == 1 and report["total"] == domain.config_count(policy) + 2  # v2's part adds tp 8 with each algo
     (group,) = report["groups"]
     assert group["class"] == "backend_changed" and group["count"] == 3  # tp 8, dp 1 in both parts
     assert group["example"]["config"]["tp"] == 8 and group["example"]["config"]["dp"] == 1
@@ -129,9 +130,9 @@ def test_check_diff_and_table_read_a_domain_of_parts(tmp_path, policy, capsys):
 
 def test_the_conform_sample_of_a_domain_of_parts_holds_every_value(policy):
     every, total = sample.configs_of(policy)
-    assert total == len(every) == policy.domain_size()
+    assert total == len(every) == domain.config_count(policy)
     few, total = sample.configs_of(policy, n=6, seed=1)
-    assert total == policy.domain_size() and len(few) == 6 and all(c in every for c in few)
+    assert total == domain.config_count(policy) and len(few) == 6 and all(c in every for c in few)
     for name in ("tp", "algo", "chunk", "layout"):
         assert {c[name] for c in few} == {c[name] for c in every}, name
     assert sample.configs_of(policy, n=6, seed=1)[0] == few

@@ -11,6 +11,7 @@ from engine.analysis import policytest
 from engine.analysis.lint import lint
 from engine.language.rules import Upstream
 from tests.helpers import assert_bulk_equals_evaluate, assert_probe_counts_like_traces, bulk_decisions, load_text, run_cli, write_policy
+from engine.analysis import domain
 
 
 def at(text: str, marker: str, token: str | None = None) -> tuple[int, int]:
@@ -31,7 +32,7 @@ def assert_evaluators_agree(policy) -> int:
     """Bulk and single decisions are the same on every config of the domain: acceptance,
     resolved values, backends, sources, log lines, violations (check, phase, message, location)."""
     n = assert_bulk_equals_evaluate(policy)
-    assert n == policy.domain_size()
+    assert n == domain.config_count(policy)
     return n
 
 
@@ -530,8 +531,8 @@ def test_a_phase_accepts_its_backends_in_declared_order(subset):
     assert subset.phases["second"].backends == ("k1", "k2")
     assert subset.inputs["second_backend"].values == ("k1", "k2")  # the backends' order, not the list's
     assert subset.phases["first"].backends == subset.inputs["first_backend"].values == ("k1", "k2", "k3")
-    assert subset.domain_size() == 2 * 4 * 3
-    assert {c["second_backend"] for c in subset.domain()} == {"k1", "k2", None}
+    assert domain.config_count(subset) == 2 * 4 * 3
+    assert {c["second_backend"] for c in domain.configs(subset)} == {"k1", "k2", None}
     assert_evaluators_agree(subset)
     assert_probe_counts_like_traces(subset)
 

@@ -10,13 +10,14 @@ from engine.analysis.capability import decision_json
 from engine.analysis.diff import diff
 from engine.serving.records import append_records, replay
 from tests.helpers import NSA_ALIASES, run_cli
+from engine.analysis import domain
 
 WRITERS, PER_WRITER = 6, 150
 
 
 def _writer(path, seed):
     policy = engine.load_policy("dsa-backends@2")
-    configs = list(policy.domain())
+    configs = list(domain.configs(policy))
     for i in range(PER_WRITER):
         # one record per call, like one `hisparse evaluate --record` per server start
         append_records(path, [policy.evaluate(configs[(seed * 997 + i * 31) % len(configs)])])
@@ -68,7 +69,7 @@ def test_replay_of_the_whole_domain_equals_diff(tmp_path, where, total):
     path = str(tmp_path / "v1.jsonl")
     v1, v2 = engine.load_policy("dsa-backends@1"), engine.load_policy("dsa-backends@2")
     fixed = parse_where(v1, where)
-    configs = [c for c in v1.domain() if all(c[k] == v for k, v in fixed.items())]
+    configs = [c for c in domain.configs(v1) if all(c[k] == v for k, v in fixed.items())]
     append_records(path, [v1.evaluate(c) for c in configs])
     result = replay(path, v2)
     assert result["total"] == total and not result["problems"]

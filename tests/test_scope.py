@@ -15,6 +15,7 @@ import engine
 from engine.files.shipped import DEFAULT_POLICY
 from engine.sglang.given import config_of
 from tests.helpers import bulk_decisions, run_cli, write_policy
+from engine.analysis import domain
 
 POLICY = engine.load_policy(DEFAULT_POLICY)  # the newest shipped version
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -77,7 +78,7 @@ def test_bulk_and_single_decisions_agree_on_scope_over_the_domain(every):
     from engine.sglang.conform.sample import axes, stratified
 
     seen = set()
-    configs = ([config for k, config in enumerate(POLICY.domain()) if not k % every] if every
+    configs = ([config for k, config in enumerate(domain.configs(POLICY)) if not k % every] if every
                else stratified(axes(POLICY), 3000, 1))
     for config, bulk in zip(configs, bulk_decisions(POLICY, configs)):
         d, traced = POLICY.evaluate(config), POLICY.trace(config)[0]
@@ -206,7 +207,7 @@ def test_diff_counts_configs_whose_scope_changes(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "diff", other, POLICY.path, "--format", "json", "--where", "sm_major=9",
                            "--where", "platform=cuda")
     data = json.loads(out)
-    non_dsa = sum(1 for c in POLICY.domain({"sm_major": [9], "platform": ["cuda"]}) if not c["dsa_model"])
+    non_dsa = sum(1 for c in domain.configs(POLICY, {"sm_major": [9], "platform": ["cuda"]}) if not c["dsa_model"])
     assert code == 1 and data["counts"]["scope_changed"] == non_dsa
     assert sum(data["counts"].values()) == non_dsa  # nothing else changes
     assert all(g["class"] == "scope_changed" and g["change"].startswith("now out of scope: ") for g in data["groups"])
@@ -242,7 +243,7 @@ def test_conform_and_evaluate_never_disagree_on_scope():
     from engine.sglang.conform.protocol import Result
 
     place = "srt/arg_groups/attention_hook.py:226 handle_attention_backend_compatibility"
-    configs = [c for k, c in enumerate(POLICY.domain()) if not k % 97]
+    configs = [c for k, c in enumerate(domain.configs(POLICY)) if not k % 97]
     results = []
     for c in configs:  # SGLang refuses every config at a left-out place; the policy says what it covers
         d = POLICY.evaluate(c)

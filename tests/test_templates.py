@@ -5,6 +5,7 @@ import pytest
 
 from engine.language.templates import parse_template, render_field
 from tests.helpers import bulk_decisions, load_text
+from engine.analysis import domain
 
 CONVERSIONS = ("", "!s", "!r")
 SET_FORMATS = ("", ":list", ":tuple", ":csv", ":or")
@@ -71,7 +72,7 @@ def test_every_form_renders_alike_in_both_evaluators(tmp_path):
     forms = {(f.name, f.spec, f.conversion) for r in p.rule_list for t in (r.log, r.message) if t
              for f in t.fields}
     assert len(forms) == len(VALUE_FIELDS) * 2 + len(PHASE_FIELDS) * 2 + 2 * len(SET_FORMATS)  # !s == ""
-    configs = list(p.domain())
+    configs = list(domain.configs(p))
     for config, compiled in zip(configs, bulk_decisions(p, configs)):
         interpreted = p.evaluate(config)
         assert compiled.log == interpreted.log, config

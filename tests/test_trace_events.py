@@ -10,6 +10,7 @@ from engine.cli.decision_text import explanation_text
 from engine.explain.trace import Trace
 from engine.language import interpreter
 from tests.helpers import ROOT, load_text
+from engine.analysis import domain
 
 TEXT = """
 policy: traced
@@ -56,7 +57,7 @@ def test_an_evaluation_without_a_tracer_makes_no_event(monkeypatch, policy):
     monkeypatch.setattr(interpreter, "Event", refuse)
     for ref in ("dsa-backends@10", "dsv4-backends@13", "minimax-m3-backends@3"):
         shipped = engine.load_policy(ref)
-        for config in list(shipped.domain())[:200]:
+        for config in list(domain.configs(shipped))[:200]:
             shipped.evaluate(config)
     assert policy.evaluate({"size": 3}).error == "too big: 3"
     with pytest.raises(AssertionError, match="without a tracer"):  # the patch is where events are made

@@ -24,7 +24,7 @@ def configs_of(a, b, axes, fixed: dict) -> list[tuple]:
     for policy, side, other, other_side in ((a, "a_name", b, "b_name"), (b, "b_name", a, "a_name")):
         where = {getattr(ax, side): [fixed[ax.name]] for ax in axes
                  if ax.name in fixed and getattr(ax, side) is not None}
-        for config in policy.domain(where):
+        for config in domain.configs(policy, where):
             combo = []
             for ax in axes:
                 name = getattr(ax, side)

@@ -1,5 +1,6 @@
 """Whole-domain evaluation, for the analyses that look at every config (diff, table, lint), and
-what they share: the size limit, the progress step and `--where NAME=VALUE`.
+what they share: the declared domain enumerated, the size limit, the progress step and
+`--where NAME=VALUE`.
 
 One by one, a config costs a dict, a key check, eight type checks and a Decision. Here configs
 are tuples of valid canonical values fed in bulk to the policy's probe (codegen: the same compiled
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
 
@@ -97,6 +99,45 @@ def parse_where(policy, items: list[str]) -> dict:
     return fixed
 
 
+# -- the declared domain ----------------------------------------------------------------------
+def cubes(policy, inputs: Mapping | None = None) -> list[list[list]]:
+    """The declared domain as products: per part of `domain.parts`, the values of each input
+    in input order (an input the part does not name: its default); without parts, one product
+    of every input's values (int and str inputs: their representative values). `inputs` maps
+    name -> values that replace an input's values in every part."""
+    inputs = inputs or {}
+    specs = policy.inputs
+    if not policy.domain_parts:
+        return [[list(inputs.get(n, specs[n].domain())) for n in policy.input_names]]
+    return [[list(inputs.get(n, chosen.get(n, (specs[n].default,)))) for n in policy.input_names]
+            for _, chosen in policy.domain_parts]
+
+
+def configs(policy, inputs: Mapping | None = None) -> Iterator[dict]:
+    """Every config of the declared domain, once each, as complete canonical dicts (the parts
+    in order; a config of two parts comes with the first). `inputs` as for cubes."""
+    names = policy.input_names
+    earlier: list = []
+    for cube in cubes(policy, inputs):
+        for combo in itertools.product(*cube):
+            if not any(all(_key(v) in vals for v, vals in zip(combo, seen)) for seen in earlier):
+                yield dict(zip(names, combo))
+        earlier.append([frozenset(_key(v) for v in vals) for vals in cube])
+
+
+def config_count(policy) -> int:
+    """How many configs the declared domain holds."""
+    products = cubes(policy)
+    if len(products) == 1:
+        return size(len(v) for v in products[0])
+    return sum(1 for _ in configs(policy))
+
+
+def _key(value):
+    """A value as a set member that tells True from 1 (a config's values are compared by type too)."""
+    return (type(value), value)
+
+
 def results(policy, configs, held: list | None = None, chosen: list | None = None):
     """Lists of (values, sources, log, violations, scope), one per config of `configs` (tuples of valid
     canonical values in the policy's input order), in order, a chunk at a time. `held` /
@@ -128,7 +169,7 @@ def classes(policy, lint: bool = False, admitting=None):
     from engine.analysis.classes import Classes
 
     if policy.domain_parts:  # a union of parts: every config, once, each its own class
-        return [tuple(c.values()) for c in policy.domain()], itertools.repeat(1)
+        return [tuple(c.values()) for c in configs(policy)], itertools.repeat(1)
     domains = [policy.inputs[n].domain() for n in policy.input_names]
     cubes = Classes(policy, domains, lint, admitting=admitting).cubes(budget=size(len(d) for d in domains))
     if cubes is None:

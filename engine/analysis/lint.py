@@ -27,6 +27,7 @@ from engine.explain.words import capability_words
 from engine.language.conditions import Cond, operand_inputs
 from engine.analysis.capability import can_run, known_gap
 from engine.analysis.classes import keys_read
+import engine.analysis.domain as domain
 from engine.analysis.domain import MAX_CONFIGS, max_work, too_much_work  # beyond them the whole-domain checks are skipped (said on stderr)
 from engine.errors import Problem
 from engine.language.rules import Table
@@ -37,7 +38,7 @@ def lint(policy) -> tuple[list[Problem], list[str]]:
     """(problems, notes). Notes say what was not analysed and why."""
     problems = _empty_allowed(policy) + _unused_inputs(policy) + _deprecated_notices(policy)
     notes = []
-    size = policy.domain_size()
+    size = domain.config_count(policy)
     if size > MAX_CONFIGS:
         notes.append(f"{policy.file}: the declared domain has {size} configs; whole-domain lint "
                      f"(L401-L403) runs up to {MAX_CONFIGS}")
@@ -154,8 +155,6 @@ def _domain_lint(policy, also=None) -> list[Problem]:
     in domain order."""
     import itertools
 
-    import engine.analysis.domain as domain
-
     rules = policy.rule_list
     held = [0] * len(rules)
     chosen = [0] * len(rules)
@@ -235,7 +234,7 @@ def _winners(policy, shadowed, classes=None) -> dict:
     the same on a whole class)."""
     names = {r.name for r in shadowed}
     out: dict = {n: set() for n in names}
-    configs = policy.domain() if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
+    configs = domain.configs(policy) if classes is None else (dict(zip(policy.input_names, c)) for c in classes)
     for config in configs:
         trace = Trace()
         interpret.run(policy, config, config, trace)
@@ -256,8 +255,6 @@ def _capability_scan(policy):
     admitted by a per-phase allow-list check, must be one that backend's capabilities cover. One
     problem per (rule, phase, backend), with the first counterexample in domain order; known gaps
     are counted into notes."""
-    import engine.analysis.domain as domain
-
     caps = policy.capabilities
     names = policy.input_names
     slots = [(i, phase, slot) for i, (phase, slot) in enumerate(policy.phase_slots)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 
+import engine.analysis.domain as domain
 from engine.analysis.domain import PROGRESS_EVERY, check_size
 from engine.analysis.outcomes import cube_terms, minimize, minimize_known
 from engine.explain.words import words as cond_words
@@ -58,7 +59,6 @@ def _outcome_groups(policy, fixed: dict, axes: list, row_values, size: int, prog
                     yield tuple(values)
                 values[i] = template[i]
 
-    import engine.analysis.domain as domain
 
     per_row = 1 + sum(len(backends) for _, backends in slots)
     flat = itertools.chain.from_iterable(domain.results(policy, configs()))
@@ -111,7 +111,7 @@ def _combos(policy, axes, domains, fixed):
     if not policy.domain_parts:
         return None
     out: dict = {}
-    for config in policy.domain():
+    for config in domain.configs(policy):
         if all(config.get(n) == v for n, v in fixed.items()):
             out.setdefault(tuple(config[n] for n in axes), None)
     return list(out)
@@ -135,8 +135,8 @@ def _terms(cube, axes, domains):
     out = []
     for name, values, op in cube_terms(cube, axes, domains):
         if op in ("not in", "!="):
-            domain = domains[axes.index(name)]
-            values = [v for v in domain if v not in values]
+            axis = domains[axes.index(name)]
+            values = [v for v in axis if v not in values]
         out.append((name, values, op))
     return out
 

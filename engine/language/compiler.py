@@ -113,9 +113,7 @@ class _Source:
         for ph, spec in policy.phases.items():
             self.emit(f"u_{ph} = {var[spec.input]} is not None")
             self.emit(f"s_{ph} = 'user' if u_{ph} else None")
-        self.emit("log = []")
-        self.emit("viol = []")
-        self.emit("scope = None")
+        self.emit("log, viol, scope = [], [], None")
         for n, (index, cond) in enumerate(policy.scope):
             self.emit(f"{'if' if n == 0 else 'elif'} {cond.py(var)}:")
             self.emit(f"    scope = {index!r}")
@@ -189,8 +187,7 @@ class _Source:
     def check(self, rule: Rule, var: dict, tpl: dict, phase: str | None) -> None:
         idx = self.index[id(rule)]
         with self.block(rule.when, var):
-            if self.count:
-                self.emit(f"held[{idx}] += 1")
+            self.tally(rule)
             if rule.require is not None:
                 self.emit(f"if not {rule.require.py(var)}:")
                 self.emit(f"    viol.append(({idx}, {phase!r}, {rule.message.fstring(tpl)}))")

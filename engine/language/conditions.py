@@ -170,8 +170,9 @@ class Test(Cond):
                 return _py_eq(var, members[0], negate=op == "not_in")
             # a tuple literal of constants: CPython folds it and `in` is a short scan
             return f"({var} {neg}in ({', '.join(repr(m) for m in members)},))"
+        guard = "" if ("nonnull", var) in names else f"{var} is not None and "
         if isinstance(self.operand, (InputRef, Product)):
-            other = names[self.operand.name] if isinstance(self.operand, InputRef) else self.operand.py(names)
+            other = operand_py(self.operand, names)
             if op in ("==", "!="):
                 return f"({var} {op} {other})"
             if op == "multiple_of":  # the operand evaluated once, in a one-item loop
@@ -180,19 +181,13 @@ class Test(Cond):
             guards = "".join(f"{v} is not None and " for v in (var, other) if ("nonnull", v) not in names)
             return f"({guards}{var} {op} {other})"
         if op == "multiple_of":
-            guard = "" if ("nonnull", var) in names else f"{var} is not None and "
             return f"({guard}{self.operand!r} != 0 and {var} % {self.operand!r} == 0)"
         if op in ("==", "!="):
             return _py_eq(var, self.operand, negate=op == "!=")
-        guard = "" if ("nonnull", var) in names else f"{var} is not None and "
         return f"({guard}{var} {op} {self.operand!r})"
 
     def inputs(self):
-        if isinstance(self.operand, InputRef):
-            refs = {self.operand.name}
-        else:
-            refs = self.operand.inputs() if isinstance(self.operand, Product) else set()
-        return {self.input} | refs
+        return {self.input} | operand_inputs(self.operand)
 
 
 class UserSet(Cond):

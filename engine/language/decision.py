@@ -52,14 +52,12 @@ class Decision:
     # the resolved values in the policy's input order (`config` without the dict), for code that
     # compares decisions in bulk
     values = property(lambda self: self._values)
-
-    @property
-    def ok(self) -> bool:
-        return not self._raw
-
-    @property
-    def log(self) -> list:
-        return list(self._log)
+    ok = property(lambda self: not self._raw)
+    log = property(lambda self: list(self._log))
+    config = property(lambda self: dict(zip(self._policy.input_names, self._values)))
+    sources = property(lambda self: dict(zip(self._policy.phase_names, self._sources)))
+    in_scope = property(lambda self: self._scope is None)
+    not_applicable = property(lambda self: list(self._na))
 
     def lines_outside(self, stage: str) -> list:
         """The log lines every other stage or part made, in order."""
@@ -71,17 +69,9 @@ class Decision:
         return [line for line, at in zip(self._log, self._log_stages) if at == stage]
 
     @property
-    def config(self) -> dict:
-        return dict(zip(self._policy.input_names, self._values))
-
-    @property
     def backends(self) -> dict:
         values = self._values
         return {ph: values[i] for ph, i in self._policy.phase_slots}
-
-    @property
-    def sources(self) -> dict:
-        return dict(zip(self._policy.phase_names, self._sources))
 
     @property
     def violations(self) -> list[Violation]:
@@ -90,20 +80,12 @@ class Decision:
                 for i, phase, msg in self._raw]
 
     @property
-    def in_scope(self) -> bool:
-        return self._scope is None
-
-    @property
     def out_of_scope(self) -> dict | None:
         """{"where": ..., "why": ...} of the leaves_out entry the config lies in, or None."""
         if self._scope is None:
             return None
         where, why = self._policy.upstream.leaves_out[self._scope][:2]
         return {"where": where, "why": why}
-
-    @property
-    def not_applicable(self) -> list:
-        return list(self._na)
 
     @property
     def error(self) -> str | None:

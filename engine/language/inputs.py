@@ -23,16 +23,13 @@ class InputSpec(Record):
         return list(self.values) + ([None] if self.nullable else [])
 
     def describe_domain(self) -> str:
-        if self.type == "bool":
-            text = "true or false"
-        elif self.type == "enum":
+        if self.type == "enum":
             text = "one of " + ", ".join(self.values)
-        elif self.type == "str":
-            text = "a string"
-        else:
-            bounds = ([f">= {self.minimum}"] if self.minimum is not None else []) + (
-                [f"<= {self.maximum}"] if self.maximum is not None else [])
+        elif self.type == "int":
+            bounds = [f"{sign} {n}" for sign, n in ((">=", self.minimum), ("<=", self.maximum)) if n is not None]
             text = "an integer" + (" " + " and ".join(bounds) if bounds else "")
+        else:
+            text = "true or false" if self.type == "bool" else "a string"
         return text + (" (or null for unset)" if self.nullable else "")
 
     def accepts(self, value) -> bool:
@@ -46,9 +43,7 @@ class InputSpec(Record):
             return isinstance(value, str)
         if type(value) is not int or not INT_MIN <= value <= INT_MAX:
             return False  # 64-bit, as files are read: a 5000-digit integer cannot even be printed
-        if self.minimum is not None and value < self.minimum:
-            return False
-        return self.maximum is None or value <= self.maximum
+        return (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum)
 
     @property
     def flag(self) -> str:

@@ -22,6 +22,7 @@ RESERVED = frozenset(COMBINATORS) | {
     "error", "line", "input", "backends", "in_scope", "out_of_scope", "not_applicable",
 }
 STAGES = ("resolve", "defaults", "checks")
+_UNKNOWN = {"backend": "E303", "phase": "E304", "input": "E301"}  # the code of an undeclared name
 # options of the engine's `hisparse` commands (a test checks every command's parser against this
 # list), and the SGLang options its inputs are read from, which no input may take as its flag;
 # the bridge's commands guard their own options (kernels_bridge/cli.py colliding_inputs)
@@ -75,12 +76,12 @@ class Builder:
     def problem(self, code, message, path, key=False, hint=""):
         self.problems.append(self.doc.problem(code, message, path, key=key, hint=hint))
 
-    def known(self, name, what: str, path: tuple, key: bool = False) -> bool:
-        """Whether `name` is a declared backend or phase (`what`); else E303 / E304 at `path`."""
-        table = self.parts.backends if what == "backend" else self.parts.phases
+    def known(self, name, what: str, path: tuple, key: bool = False, table=None) -> bool:
+        """Whether `name` is a declared backend, phase or input (`what`; an input of `table` when
+        given); else E303 / E304 / E301 at `path`."""
+        table = table if table is not None else getattr(self.parts, what + "s")
         if name not in table:
-            self.problem("E303" if what == "backend" else "E304", f"unknown {what} '{name}'", path, key=key,
-                         hint=did_you_mean(name, table))
+            self.problem(_UNKNOWN[what], f"unknown {what} '{name}'", path, key=key, hint=did_you_mean(name, table))
         return name in table
 
     def build(self) -> Parts:
@@ -100,10 +101,8 @@ class Builder:
         self._inputs(d["inputs"])
         self._phases(d["phases"])
         self._flags()
-        for name, raw in (d.get("tables") or {}).items():
-            table = self._table(raw, ("tables", name), in_phase=True)
-            if table is not None:
-                p.tables[name] = table
+        tables = {name: self._table(raw, ("tables", name), True) for name, raw in (d.get("tables") or {}).items()}
+        p.tables = {name: table for name, table in tables.items() if table is not None}
         seen: dict[str, tuple] = {}
         for stage in STAGES:
             p.stages[stage] = self._stage(stage, d[stage], seen)
@@ -136,16 +135,11 @@ class Builder:
             names.add(part["name"])
             chosen = {}
             for name, values in part["inputs"].items():
-                spec = self.parts.inputs.get(name)
-                if spec is None:
-                    self.problem("E301", f"unknown input '{name}'", path + ("inputs", name), key=True,
-                                 hint=did_you_mean(name, self.parts.inputs))
+                if not self.known(name, "input", path + ("inputs", name), key=True):
                     continue
-                if values == "all":
-                    chosen[name] = tuple(spec.domain())
-                    continue
-                ok = [v for j, v in enumerate(values) if self._value(spec, v, path + ("inputs", name, j))]
-                chosen[name] = tuple(dict.fromkeys(ok))
+                spec = self.parts.inputs[name]
+                chosen[name] = tuple(spec.domain()) if values == "all" else tuple(dict.fromkeys(
+                    v for j, v in enumerate(values) if self._value(spec, v, path + ("inputs", name, j))))
             parts.append((part["name"], chosen))
         self.parts.domain_parts = tuple(parts)
 
@@ -177,10 +171,7 @@ class Builder:
                 self.problem("E309", f"'{name}' is a reserved name and cannot name an input", path, key=True)
             kind = spec["type"]
             nullable = bool(spec.get("nullable", False))
-            if kind == "bool":
-                values = (False, True)
-            else:
-                values = tuple(spec["values"])
+            values = (False, True) if kind == "bool" else tuple(spec["values"])
             inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
                             tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
@@ -245,14 +236,13 @@ class Builder:
                     self.problem("E307", f"flag {flag} is listed as removed and as accepted",
                                  inp.path + ("removed_flags", flag), key=True)
             for i, flag in enumerate(tuple(inp.flags) + tuple(inp.deprecated) + tuple(inp.removed)):
+                where = inp.path + ("flags", i) if inp.phase is None else inp.path
                 if flag in RESERVED_FLAGS or flag.startswith("--no-"):
                     self.problem("E309", f"flag {flag} is reserved by the hisparse command line "
-                                 "(--no-X is generated for boolean inputs)",
-                                 inp.path + ("flags", i) if inp.phase is None else inp.path)
+                                 "(--no-X is generated for boolean inputs)", where)
                 key = flag[2:].replace("-", "_")
                 if key in seen and seen[key] != inp.name:
-                    self.problem("E307", f"flag {flag} names both '{seen[key]}' and '{inp.name}'",
-                                 inp.path + ("flags", i) if inp.phase is None else inp.path)
+                    self.problem("E307", f"flag {flag} names both '{seen[key]}' and '{inp.name}'", where)
                 seen[key] = inp.name
         for name in self.parts.inputs:
             if "--" + name.replace("_", "-") in RESERVED_FLAGS:
@@ -352,15 +342,13 @@ class Builder:
         tests = []
         for op, operand in value.items():
             opath = path + (op,)
-            if op in ("in", "not_in"):
-                for i, v in enumerate(operand):
-                    self._value(spec, v, opath + (i,))
-                tests.append(Test(name, op, frozenset(operand), opath))
-            elif op == "lower_in":
-                if spec.type != "str":
+            if op in ("in", "not_in", "lower_in"):
+                if op == "lower_in" and spec.type != "str":
                     self.problem("E308", f"lower_in compares strings but '{name}' is {spec.type}", opath, key=True)
                 for i, v in enumerate(operand):
-                    if v != v.lower():
+                    if op != "lower_in":
+                        self._value(spec, v, opath + (i,))
+                    elif v != v.lower():
                         self.problem("E308", f"{shown(v)} is not lower case, so lower_in never matches it",
                                      opath + (i,))
                 tests.append(Test(name, op, frozenset(operand), opath))
@@ -386,9 +374,7 @@ class Builder:
 
     def _ref(self, ref: str, spec, name: str, scope: dict, path: tuple) -> InputRef:
         other = scope.get(ref)
-        if other is None:
-            self.problem("E301", f"unknown input '{ref}'", path, hint=did_you_mean(ref, scope))
-        elif spec is not None and other.type != spec.type:
+        if self.known(ref, "input", path, table=scope) and spec is not None and other.type != spec.type:
             self.problem("E308", f"'{name}' ({spec.type}) compared with '{ref}' ({other.type})", path)
         return InputRef(ref)
 
@@ -446,13 +432,8 @@ class Builder:
         return tpl
 
     def _fields(self, in_phase=False, allowed=False) -> dict:
-        fields = {name: "value" for name in self.parts.inputs}
-        fields.update({name: "value" for name in self.parts.phases})
-        if in_phase:
-            fields.update(phase="value", backend="value")
-        if allowed:
-            fields["allowed"] = "set"
-        return fields
+        names = (*self.parts.inputs, *self.parts.phases, *(("phase", "backend") if in_phase else ()))
+        return dict(dict.fromkeys(names, "value"), **({"allowed": "set"} if allowed else {}))
 
     # -- stages ------------------------------------------------------------------------------
     def _stage(self, stage: str, raw: dict, seen: dict) -> Stage:

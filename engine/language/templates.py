@@ -30,18 +30,11 @@ class Template(Frozen):
     FIELDS = ("text", "parts")  # parts: str literals and Field placeholders, in order
     __slots__ = FIELDS
 
-    @property
-    def fields(self) -> tuple:
-        return tuple(p for p in self.parts if isinstance(p, Field))
+    fields = property(lambda self: tuple(p for p in self.parts if isinstance(p, Field)))
 
     def render(self, ctx: dict) -> str:
-        out = []
-        for part in self.parts:
-            if isinstance(part, str):
-                out.append(part)
-            else:
-                out.append(render_field(ctx[part.name], part.spec, part.conversion))
-        return "".join(out)
+        return "".join([p if isinstance(p, str) else render_field(ctx[p.name], p.spec, p.conversion)
+                        for p in self.parts])
 
     def fstring(self, names: dict) -> str:
         """Python source of an f-string rendering this template over local variables `names`

@@ -1,9 +1,7 @@
 """A loaded policy: its declarations, the config checks, and evaluate()."""
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from engine.errors import ConfigError, Problem
 from engine.language.decision import Decision
@@ -16,7 +14,8 @@ class Policy:
     """One version of one policy family: its declarations and rules, checked at load.
 
     `evaluate(config)` decides with the interpreter; `trace(config)` also returns its trace
-    events, every rule tried (explain, coverage); `probe()` is the bulk evaluator for whole domains.
+    events, every rule tried (explain, coverage); `probe()` is the bulk evaluator for whole domains
+    (engine/analysis/domain.py enumerates them).
     """
 
     def __init__(self, parts, file: str, sha256: str, path: str = "", doc=None):
@@ -83,9 +82,7 @@ class Policy:
         return self._probes[count]
 
     # -- identity ----------------------------------------------------------------------------
-    @property
-    def ref(self) -> str:
-        return f"{self.family}@{self.version}"
+    ref = property(lambda self: f"{self.family}@{self.version}")
 
     def identity(self) -> dict:
         return {"family": self.family, "version": self.version, "sha256": self.sha256}
@@ -190,43 +187,8 @@ class Policy:
             note = " (strings are not integers: write the number without quotes)"
         return Problem("C503", f"{key}: expected {spec.describe_domain()}, got {typed(value)}{note}", file)
 
-    # -- the declared domain -----------------------------------------------------------------
-    def domain_cubes(self, inputs: Mapping | None = None) -> list[list[list]]:
-        """The declared domain as products: per part of `domain.parts`, the values of each input
-        in input order (an input the part does not name: its default); without parts, one product
-        of every input's values (int and str inputs: their representative values). `inputs` maps
-        name -> values that replace an input's values in every part."""
-        inputs = inputs or {}
-        if not self.domain_parts:
-            return [[list(inputs.get(n, self.inputs[n].domain())) for n in self.input_names]]
-        return [[list(inputs.get(n, chosen.get(n, (self.inputs[n].default,)))) for n in self.input_names]
-                for _, chosen in self.domain_parts]
-
-    def domain(self, inputs: Mapping | None = None) -> Iterator[dict]:
-        """Every config of the declared domain, once each, as complete canonical dicts (the parts
-        in order; a config of two parts comes with the first). `inputs` as for domain_cubes."""
-        names = self.input_names
-        cubes = self.domain_cubes(inputs)
-        earlier: list = []
-        for cube in cubes:
-            for combo in itertools.product(*cube):
-                if not any(all(_key(v) in vals for v, vals in zip(combo, seen)) for seen in earlier):
-                    yield dict(zip(names, combo))
-            earlier.append([frozenset(_key(v) for v in vals) for vals in cube])
-
-    def domain_size(self) -> int:
-        cubes = self.domain_cubes()
-        if len(cubes) == 1:
-            return math.prod(len(v) for v in cubes[0])
-        return sum(1 for _ in self.domain())
-
 
 _PLAIN = frozenset({str, int, bool, type(None)})
-
-
-def _key(value):
-    """A value as a set member that tells True from 1 (a config's values are compared by type too)."""
-    return (type(value), value)
 
 
 def _exact(value):

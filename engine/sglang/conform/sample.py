@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+from engine.analysis import domain
+
 
 def configs_of(policy, fixed: dict | None = None, n: int | None = None, seed: int = 0) -> tuple[list, int]:
     """(configs to run, the size of the domain they come from): the declared domain (narrowed by
@@ -14,7 +16,7 @@ def configs_of(policy, fixed: dict | None = None, n: int | None = None, seed: in
     product is addressed by index, never listed whole for a sample."""
     if policy.domain_parts:
         fixed = fixed or {}
-        listed = [c for c in policy.domain(fixed and {k: [v] for k, v in fixed.items()})]
+        listed = [c for c in domain.configs(policy, fixed and {k: [v] for k, v in fixed.items()})]
         if n is not None and n < len(listed):
             return stratified_list(listed, n, seed), len(listed)
         return listed, len(listed)
