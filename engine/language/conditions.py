@@ -16,6 +16,7 @@ unset or a divisor is 0). The same operands give a resolve rule's `set` a comput
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 from engine.language.record import Frozen
@@ -32,27 +33,27 @@ class InputRef(Frozen):
 
 
 class Product(Frozen):
-    """An operand: the product of its factors (integers and InputRefs)."""
+    """An operand: the product of its factors (integers and InputRefs); None when one is unset."""
 
     FIELDS = ("factors",)
     __slots__ = FIELDS
-    SIGN = " * "
+    SIGN, DIVIDES = " * ", False
 
     def value(self, env):
-        out = 1
-        for f in self.factors:
-            v = env.get(f.name) if isinstance(f, InputRef) else f
-            if v is None:
-                return None
-            out *= v
-        return out
+        values = [env.get(f.name) if isinstance(f, InputRef) else f for f in self.factors]
+        if None in values or (self.DIVIDES and 0 in values[1:]):
+            return None
+        return functools.reduce(operator.floordiv if self.DIVIDES else operator.mul, values)
 
     def py(self, names) -> str:
         parts = [names[f.name] if isinstance(f, InputRef) else repr(f) for f in self.factors]
-        refs = [names[f.name] for f in self.factors if isinstance(f, InputRef)]
-        guard = " or ".join(f"{r} is None" for r in refs)
-        product = " * ".join(parts)
-        return f"(None if {guard} else {product})" if guard else f"({product})"
+        guard = [f"{p} is None" for p, f in zip(parts, self.factors) if isinstance(f, InputRef)]
+        if self.DIVIDES:
+            if "0" in parts[1:]:
+                return "None"
+            guard += [f"{p} == 0" for p in parts[1:] if not p.lstrip("-").isdigit()]
+        body = self.SIGN.join(parts)
+        return f"(None if {' or '.join(guard)} else {body})" if guard else f"({body})"
 
     def words(self) -> str:  # as written (explain, and a load problem, quote it)
         return self.SIGN.join(f.name if isinstance(f, InputRef) else str(f) for f in self.factors)
@@ -62,28 +63,11 @@ class Product(Frozen):
 
 
 class Quotient(Product):
-    """An operand: the first factor floor-divided by each of the others, as Python's `//`."""
+    """An operand: the first factor floor-divided by each of the others, as Python's `//`; None
+    when one is unset or a divisor is 0."""
 
     __slots__ = ()
-    SIGN = " // "
-
-    def value(self, env):
-        values = [env.get(f.name) if isinstance(f, InputRef) else f for f in self.factors]
-        if any(v is None for v in values) or 0 in values[1:]:
-            return None
-        out = values[0]
-        for v in values[1:]:
-            out //= v
-        return out
-
-    def py(self, names) -> str:
-        parts = [names[f.name] if isinstance(f, InputRef) else repr(f) for f in self.factors]
-        guard = [f"{p} is None" for p, f in zip(parts, self.factors) if isinstance(f, InputRef)]
-        guard += [f"{p} == 0" for p in parts[1:] if not p.lstrip("-").isdigit()]
-        if any(p == "0" for p in parts[1:]):
-            return "None"
-        body = " // ".join(parts)
-        return f"(None if {' or '.join(guard)} else {body})" if guard else f"({body})"
+    SIGN, DIVIDES = " // ", True
 
 
 def operand_value(operand, env):
