@@ -36,16 +36,13 @@ class Decision:
     __slots__ = ("_policy", "_values", "_sources", "_log", "_raw", "_input", "_scope", "_na", "_log_stages")
 
     def __init__(self, policy, values: tuple, sources: tuple, log, raw, given, scope=None, na=(), log_stages=None):
-        self._policy = policy
-        self._values = values
-        self._sources = tuple(sources)
-        self._log = tuple(log)
-        self._raw = tuple(raw)  # ((rule index into policy.rule_list, phase or None, message), ...)
-        self._input = given
-        self._scope = scope  # index of the upstream.leaves_out entry the config lies in, or None
-        self._na = tuple(na)  # inputs whose `applies` condition does not hold for the config
-        # the stage that made each log line: parse (a deprecated spelling's notice), resolve, defaults
-        self._log_stages = tuple(log_stages) if log_stages is not None else ()
+        # raw: ((rule index into policy.rule_list, phase or None, message), ...); scope: index of the
+        # upstream.leaves_out entry the config lies in, or None; na: inputs whose `applies` condition
+        # does not hold for the config; log_stages: the stage that made each log line: parse (a
+        # deprecated spelling's notice), resolve, defaults
+        self._policy, self._values, self._input, self._scope = policy, values, given, scope
+        self._sources, self._log, self._raw = tuple(sources), tuple(log), tuple(raw)
+        self._na, self._log_stages = tuple(na), tuple(log_stages or ())
 
     policy = property(lambda self: self._policy)
     input = property(lambda self: self._input)
@@ -101,15 +98,14 @@ class Decision:
         """A hashable summary for comparing decisions: ok, resolved values, log, messages."""
         return (not self._raw, self._values, self._log, tuple(m for _, _, m in self._raw), self._scope)
 
+    # what equal decisions share (a Policy compares by identity)
+    _compared = property(lambda d: (d._policy, d._values, d._sources, d._log, d._raw, d._scope, d._na))
+
     def __eq__(self, other):
-        if not isinstance(other, Decision):
-            return NotImplemented
-        return self._policy is other._policy and self._values == other._values and \
-            self._sources == other._sources and self._log == other._log and self._raw == other._raw and \
-            self._scope == other._scope and self._na == other._na
+        return self._compared == other._compared if isinstance(other, Decision) else NotImplemented
 
     def __hash__(self):
-        return hash((id(self._policy), self._values, self._sources, self._log, self._raw, self._scope))
+        return hash(self._compared)
 
     def to_dict(self) -> dict:
         out = {"ok": self.ok, "in_scope": self.in_scope}
