@@ -98,6 +98,9 @@ class Builder:
         if "models" in d:
             p.models = tuple(d["models"])
         p.backends = {k: (v or "").strip() for k, v in d["backends"].items()}
+        for section, what in (("inputs", "an input"), ("phases", "a phase")):
+            for name in RESERVED.intersection(d[section]):
+                self.problem("E309", f"'{name}' is a reserved name and cannot name {what}", (section, name), key=True)
         self._inputs(d["inputs"])
         self._phases(d["phases"])
         self._flags()
@@ -167,12 +170,9 @@ class Builder:
     def _inputs(self, raw: dict):
         for name, spec in raw.items():
             path = ("inputs", name)
-            if name in RESERVED:
-                self.problem("E309", f"'{name}' is a reserved name and cannot name an input", path, key=True)
             kind = spec["type"]
-            nullable = bool(spec.get("nullable", False))
             values = (False, True) if kind == "bool" else tuple(spec["values"])
-            inp = InputSpec(name, kind, values, spec["default"], nullable, spec.get("minimum"),
+            inp = InputSpec(name, kind, values, spec["default"], bool(spec.get("nullable")), spec.get("minimum"),
                             spec.get("maximum"), (spec.get("description") or "").strip(),
                             tuple(spec.get("flags") or ("--" + name.replace("_", "-"),)), None, path,
                             self._deprecated(spec, path), dict(spec.get("removed_flags") or {}), spec.get("env"))
@@ -192,8 +192,6 @@ class Builder:
         backends = tuple(p.backends)
         for name, spec in raw.items():
             path = ("phases", name)
-            if name in RESERVED:
-                self.problem("E309", f"'{name}' is a reserved name and cannot name a phase", path, key=True)
             if name in p.inputs:
                 self.problem("E307", f"phase '{name}' has the name of an input (templates could not "
                              "tell them apart)", path, key=True)
@@ -437,7 +435,6 @@ class Builder:
 
     # -- stages ------------------------------------------------------------------------------
     def _stage(self, stage: str, raw: dict, seen: dict) -> Stage:
-        spath = (stage,)
         rules = []
         for i, r in enumerate(raw["rules"]):
             path = (stage, "rules", i)
@@ -447,14 +444,13 @@ class Builder:
                              path + ("name",))
             else:
                 seen[name] = self.doc.pos(path + ("name",))
-            rule = Rule(stage, i, name, self.cond(r.get("when"), path + ("when",), stage == "checks"
-                                                  and r.get("for_each") == "phase"),
-                        description=(r.get("description") or "").strip(), path=path,
+            when = self.cond(r.get("when"), path + ("when",), stage == "checks" and r.get("for_each") == "phase")
+            rule = Rule(stage, i, name, when, description=(r.get("description") or "").strip(), path=path,
                         line=self.doc.pos(path)[0], accepts=dict(r.get("accepts") or {}), part=r.get("part"))
             getattr(self, f"_{stage}_rule")(rule, r, path)
             rules.append(rule)
-        return Stage(stage, self.cond(raw.get("when"), spath + ("when",)), rules,
-                     (raw.get("description") or "").strip(), spath)
+        return Stage(stage, self.cond(raw.get("when"), (stage, "when")), rules, (raw.get("description") or "").strip(),
+                     (stage,))
 
     def _resolve_rule(self, rule: Rule, r: dict, path: tuple):
         for key, value in (r.get("set") or {}).items():
@@ -545,14 +541,8 @@ _BAD = object()
 
 def _typed_key(text: str, spec: InputSpec):
     """A table row's key (always text in YAML) as a value of the keyed input."""
-    if spec.type == "enum":
-        return text if text in spec.values else _BAD
-    if spec.type == "bool":
-        return {"true": True, "false": False}.get(text, _BAD)
-    if spec.type == "str":
-        return text
-    if not CANONICAL_INT.fullmatch(text):  # one spelling per integer: keys never alias
-        return _BAD
-    value = int(text)
-    return value if spec.accepts(value) else _BAD
+    value = {"true": True, "false": False}.get(text) if spec.type == "bool" else text
+    if spec.type == "int":  # one spelling per integer: keys never alias
+        value = int(text) if CANONICAL_INT.fullmatch(text) else None
+    return value if value is not None and spec.accepts(value) else _BAD
 
