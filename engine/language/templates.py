@@ -44,17 +44,13 @@ class Template(Frozen):
         for part in self.parts:
             if isinstance(part, str):
                 chunks.append(part.replace("{", "{{").replace("}", "}}"))
-                continue
-            rendered = (part.name, part.spec, part.conversion)
-            if rendered in names:  # already rendered text: placed as is
-                chunks.append("{" + names[rendered] + "}")
-                continue
-            var = names[part.name]
-            if isinstance(var, Literal):  # a value known when compiling: inline its text
-                text = render_field(var.value, part.spec, part.conversion)
+            elif part.astuple() in names:  # (name, spec, conversion): already rendered text, placed as is
+                chunks.append("{" + names[part.astuple()] + "}")
+            elif isinstance(names[part.name], Literal):  # a value known when compiling: inline its text
+                text = render_field(names[part.name].value, part.spec, part.conversion)
                 chunks.append(text.replace("{", "{{").replace("}", "}}"))
             else:
-                chunks.append("{" + var + ("!r" if part.conversion == "r" else "") + "}")
+                chunks.append("{" + names[part.name] + ("!r" if part.conversion == "r" else "") + "}")
         return "f" + repr("".join(chunks))
 
 
