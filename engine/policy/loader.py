@@ -51,8 +51,7 @@ def load_policy(ref, policy_dir: str | None = None) -> Policy:
 
 
 def load_file(path: str, display: str | None = None) -> Policy:
-    display = display or path
-    return load_bytes(_read(path, display), display, path)
+    return load_bytes(_read(path, display or path), display or path, path)
 
 
 def _read(path: str, display: str) -> bytes:

@@ -116,9 +116,7 @@ class Policy:
 
     # -- configs -----------------------------------------------------------------------------
     def canonical_key(self, key) -> str | None:
-        if not isinstance(key, str):
-            return None
-        return self.key_map.get(key) or self.key_map.get(key.replace("-", "_"))
+        return (self.key_map.get(key) or self.key_map.get(key.replace("-", "_"))) if isinstance(key, str) else None
 
     def normalize(self, config, file: str = "", doc=None) -> dict:
         """Canonical keys and validated values (only the keys given). Keys may be spelled as
