@@ -140,8 +140,7 @@ class Test(Cond):
         return _ORDER[op](value, other)
 
     def py(self, names):
-        var = names[self.input]
-        op = self.op
+        var, op = names[self.input], self.op
         if op == "set":
             return f"({var} is {'not ' if self.operand else ''}None)"
         if op == "lower_in":

@@ -91,9 +91,8 @@ class _Run:
         self.policy, self.part, self.env = policy, part, dict(cfg)
         self.user_set = {ph: cfg[spec.input] is not None for ph, spec in policy.phases.items()}
         self.sources = {ph: "user" if user else None for ph, user in self.user_set.items()}
-        self.log = list(prelude)
+        self.log, self.raw = list(prelude), []
         self.log_stages = ["parse"] * len(self.log)
-        self.raw: list = []
 
     def stages_in_order(self) -> None:
         stages = self.part.stages
