@@ -456,6 +456,34 @@ def test_the_shipped_policy_drives_sglangs_launch_path_as_its_own_code(sglang_05
     assert earlier < len(cases) // 10
 
 
+def test_a_launch_is_decided_by_one_evaluation_without_a_trace(sglang_0523, monkeypatch):
+    """The plugin evaluates the whole policy at most once per launch (once where the launch
+    reaches the routing it replaces) and answers every later call from that decision (its lines
+    carry their stages): no second evaluation, none with a tracer."""
+    import engine
+    from engine.policy.policy import Policy
+
+    policy = engine.load_policy(FAMILY)
+    cases = _grid_cases(policy)[::50]
+    calls = []
+    real = Policy.evaluate
+
+    def counted(self, config, part=None, tracer=None):
+        calls.append((part, tracer))
+        return real(self, config, part, tracer)
+
+    monkeypatch.setattr(Policy, "evaluate", counted)
+    decided = 0
+    with plugin_active(monkeypatch, FAMILY):
+        for case in cases:
+            calls.clear()
+            result = sglang_0523.run_case(case)
+            whole = [c for c in calls if c[0] is None]
+            assert len(whole) <= 1 and all(tracer is None for _, tracer in calls), (case, result.message, calls)
+            decided += len(whole)
+    assert decided >= len(cases) // 2  # most launches reach the routing the plugin decides
+
+
 def test_the_decision_reaches_a_child_process_as_sglang_sends_it(sglang_0523, models, edited, monkeypatch,
                                                                   tmp_path):
     """(d) + (g): with the edited copy, SGLang's own prepare_server_args / resolve_once /
