@@ -56,3 +56,13 @@ def test_versions_from_the_wheel_prints_the_readme_table(wheel_site, tmp_path):
     where = subprocess.run([sys.executable, "-c", "import engine; print(engine.__file__)"], cwd=str(tmp_path),
                            env=dict(os.environ, PYTHONPATH=wheel_site), capture_output=True, text=True)
     assert where.stdout.strip().startswith(wheel_site)  # the wheel's engine ran, not the checkout's
+
+
+def test_a_launch_command_is_held_to_the_releases_flags_from_the_wheel(wheel_site, tmp_path):
+    """The release flag table ships as package data: a launch flag SGLang 0.5.13 lacks is refused
+    from an installed wheel as from the checkout."""
+    proc = _run(wheel_site, str(tmp_path), "evaluate", "--policy", "sglang==0.5.13", "--", "python", "-m",
+                "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V4", "--enable-prefill-cp")
+    assert proc.returncode == 2, proc.stderr
+    assert "'--enable-prefill-cp': SGLang 0.5.13, 0.5.13.post1's parser refuses it" in proc.stderr
+    assert "internal error" not in proc.stderr
