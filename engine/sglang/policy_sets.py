@@ -21,19 +21,31 @@ DEFAULT_CLASS = "dsa"  # the class of a model nothing tells about (the DSA famil
 
 class PolicySet:
     """Policies by the classes they route. `release`: the SGLang release the reference named
-    (None: none); `covers_all`: the reference covers every family."""
+    (None: none); `covers_all`: the reference covers every family. Each is a Policy, or its head
+    with its file (path, display), loaded when first chosen: a command builds the rules of the one
+    family it uses, not of every family the reference covers."""
 
     def __init__(self, policies, release: str | None = None, covers_all: bool = False, ref: str = ""):
-        self.policies = list(policies)
+        self._entries = list(policies)
         self.release, self.covers_all, self.ref = release, covers_all, ref
+
+    @property
+    def policies(self) -> list:
+        return [self._policy(i) for i in range(len(self._entries))]
+
+    def _policy(self, i: int) -> Policy:
+        entry = self._entries[i]
+        if isinstance(entry, tuple):
+            entry = self._entries[i] = load_file(entry[1], entry[2])
+        return entry
 
     def for_class(self, model_class: str | None) -> Policy | None:
         wanted = model_class or DEFAULT_CLASS
-        for policy in self.policies:
-            if wanted in policy.models:
-                return policy
-        if model_class is None and len(self.policies) == 1:
-            return self.policies[0]  # one policy named: a model nothing tells about is its own
+        for i, entry in enumerate(self._entries):
+            if wanted in (entry[0] if isinstance(entry, tuple) else entry).models:
+                return self._policy(i)
+        if model_class is None and len(self._entries) == 1:
+            return self._policy(0)  # one policy named: a model nothing tells about is its own
         return None
 
     def choose(self, model_path: str | None) -> tuple:
@@ -41,14 +53,14 @@ class PolicySet:
         so that it is not read again; None when no path was given or its config.json cannot be
         read). Raises PolicyError when no policy of the set routes its class."""
         if not model_path:
-            return self.for_class(None) or self.policies[0], None
+            return self.for_class(None) or self._policy(0), None
         from engine.errors import ConfigError
         from engine.sglang.models import CLASS_NAMES, identify
 
         try:
             model = identify(model_path)
         except ConfigError:  # the config.json's problem is reported where the config is read
-            return self.for_class(None) or self.policies[0], None
+            return self.for_class(None) or self._policy(0), None
         cls = model.model_class
         if cls is not None and model.since and self.release and _older(self.release, model.since):
             cls = "other"  # that release does not know the model: another model to it
@@ -82,13 +94,13 @@ def load_policy_set(ref: str | None, policy_dir: str | None = None) -> PolicySet
             if not families:
                 raise PolicyError([Problem("R601", "no policy family in the policy folder", root,
                                            hint="a policy folder holds <family>/v<N>.yaml files")])
-            return PolicySet([load_policy(f, policy_dir) for f in families], covers_all=True)
+            return PolicySet([_newest(f, policy_dir) for f in families], covers_all=True)
         ref = default_policy_ref()  # refuses an empty HISPARSE_POLICY
     # a folder of policies; a path named like a policy file is read as one (a folder there is E101)
     if isinstance(ref, str) and looks_like_path(ref) and os.path.isdir(os.path.expanduser(ref)) \
             and not ref.rstrip("/").lower().endswith((".yaml", ".yml", ".json")):
         root = os.path.expanduser(ref)
-        policies = [load_policy(family, root) for family in list_families(policy_root(root))]
+        policies = [_newest(family, root) for family in list_families(policy_root(root))]
         if not policies:
             raise PolicyError([Problem("R601", "no policy family in the folder", ref,
                                        hint="a policy folder holds <family>/v<N>.yaml files")])
@@ -99,18 +111,37 @@ def load_policy_set(ref: str | None, policy_dir: str | None = None) -> PolicySet
         found = modelled(version_paths(root), load_head).get(release, [])
         families: dict = {}
         for _, path, display in found:
-            policy = load_file(path, display)
-            families.setdefault(policy.family, []).append(policy)
+            entry = _entry(path, display)
+            families.setdefault(_head(entry).family, []).append(entry)
         if not families:
             load_policy(ref, policy_dir)  # raises R601 naming the modelled releases
         for family, versions in families.items():
             if len(versions) > 1:
-                load_policy(f"{family}@{versions[0].version}", policy_dir)
+                refs = [f"{family}@{_head(v).version}" for v in versions]
+                load_policy(refs[0], policy_dir)
                 raise PolicyError([Problem("R603", f"{len(versions)} versions of '{family}' model SGLang {release}: "
-                                           + ", ".join(p.ref for p in versions), hint="name one as FAMILY@N")])
+                                           + ", ".join(refs), hint="name one as FAMILY@N")])
         return PolicySet([v[0] for v in families.values()], release=release, covers_all=True, ref=ref)
     policy = load_policy(ref, policy_dir)
     return PolicySet([policy], release=_single_release(policy), ref=ref)
+
+
+def _newest(family: str, policy_dir: str | None):
+    """A family's newest version as a PolicySet entry (its head until it is chosen)."""
+    from engine.files.catalog import resolve_ref
+
+    return _entry(*resolve_ref(family, policy_dir))
+
+
+def _entry(path: str, display: str):
+    """The Policy this process loaded from the file, else its head (from the on-disk cache, or
+    the Policy loaded: a file that does not load raises PolicyError here, as before) with the file."""
+    head = load_head(path, display)
+    return head if isinstance(head, Policy) else (head, path, display)
+
+
+def _head(entry):
+    return entry[0] if isinstance(entry, tuple) else entry
 
 
 def _single_release(policy) -> str | None:
