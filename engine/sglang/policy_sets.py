@@ -21,9 +21,9 @@ DEFAULT_CLASS = "dsa"  # the class of a model nothing tells about (the DSA famil
 
 class PolicySet:
     """Policies by the classes they route. `release`: the SGLang release the reference named
-    (None: none); `covers_all`: the reference covers every family. Each is a Policy, or its head
-    with its file (path, display), loaded when first chosen: a command builds the rules of the one
-    family it uses, not of every family the reference covers."""
+    (None: none); `covers_all`: the reference covers every family. Each is a Policy, or (its head
+    or None, path, display): the head read when first asked for, the Policy loaded when chosen, so
+    a command builds the rules of the one family it uses, not of every family the reference covers."""
 
     def __init__(self, policies, release: str | None = None, covers_all: bool = False, ref: str = ""):
         self._entries = list(policies)
@@ -33,6 +33,13 @@ class PolicySet:
     def policies(self) -> list:
         return [self._policy(i) for i in range(len(self._entries))]
 
+    def _head(self, i: int):
+        """The entry's Policy or head, its head read from the file when first asked for."""
+        entry = self._entries[i]
+        if isinstance(entry, tuple) and entry[0] is None:
+            entry = self._entries[i] = _entry(entry[1], entry[2])
+        return _head(entry)
+
     def _policy(self, i: int) -> Policy:
         entry = self._entries[i]
         if isinstance(entry, tuple):
@@ -41,8 +48,8 @@ class PolicySet:
 
     def for_class(self, model_class: str | None) -> Policy | None:
         wanted = model_class or DEFAULT_CLASS
-        for i, entry in enumerate(self._entries):
-            if wanted in (entry[0] if isinstance(entry, tuple) else entry).models:
+        for i in range(len(self._entries)):
+            if wanted in self._head(i).models:
                 return self._policy(i)
         if model_class is None and len(self._entries) == 1:
             return self._policy(0)  # one policy named: a model nothing tells about is its own
@@ -127,10 +134,11 @@ def load_policy_set(ref: str | None, policy_dir: str | None = None) -> PolicySet
 
 
 def _newest(family: str, policy_dir: str | None):
-    """A family's newest version as a PolicySet entry (its head until it is chosen)."""
+    """A family's newest version as a PolicySet entry: its file, its head read when the set is
+    asked which class it routes, its rules built when it is chosen."""
     from engine.files.catalog import resolve_ref
 
-    return _entry(*resolve_ref(family, policy_dir))
+    return (None, *resolve_ref(family, policy_dir))
 
 
 def _entry(path: str, display: str):
