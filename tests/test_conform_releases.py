@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from engine.files.releases import release_key
+from engine.sglang.registry import release_key
 from engine.sglang.conform import drivers, pipeline
 from engine.sglang.conform.protocol import Case
 from tests.sglang_release import require

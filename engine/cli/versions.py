@@ -55,7 +55,7 @@ def rows(policy_dir: str | None = None, reports: str | None = None) -> list[dict
     """One row per release (SGLANG_RELEASES, then any other release a version lists) and family
     that models it (one row when none does): the version that models it (None: none does, or
     several versions of one family) and its saved report's figures (None: not run)."""
-    from engine.files.releases import release_key
+    from engine.sglang.registry import release_key
 
     from engine.files.reading import sha256
 

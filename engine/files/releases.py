@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from engine.errors import PolicyError, Problem
-from engine.sglang.registry import release_key  # noqa: F401  (one parser of release strings)
 from engine.values import shown
 
 PREFIX = "sglang=="
@@ -57,6 +56,8 @@ def resolve(ref: str, files, load) -> tuple[str, str]:
             found = [f for f in found if "dsa" in load(f[1], f[2]).models] or found
     if len(found) == 1:
         return found[0][1], found[0][2]
+    from engine.sglang.registry import release_key  # the one parser of release strings
+
     listed = ", ".join(sorted(table, key=release_key)) or "none"
     if not found:
         what = f"SGLang {shown(release)}" + (" (installed)" if ref == INSTALLED else "")
