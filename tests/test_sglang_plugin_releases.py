@@ -93,17 +93,22 @@ def _probe(env, *argv, **more) -> dict:
     return json.loads(lines[-1][len("PROBE "):])
 
 
-@pytest.fixture(scope="module")
-def model(env, tmp_path_factory) -> str:
-    """A DeepSeek-V3.2 folder holding a config.json the release's transformers reads."""
+def model_folder(env, tmp_path_factory, architecture: str) -> str:
+    """A model folder of `architecture` holding a config.json the release's transformers reads."""
     folder = tmp_path_factory.mktemp("models")
     code = ("import sys; from engine.sglang.conform.model_folders import ModelFolders; "
-            "print('FOLDER', ModelFolders(sys.argv[1]).path('DeepseekV32ForCausalLM'))")
-    proc = _run(env, ["-c", code, str(folder)], standin=False)
+            "print('FOLDER', ModelFolders(sys.argv[1]).path(sys.argv[2]))")
+    proc = _run(env, ["-c", code, str(folder), architecture], standin=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = [line[len("FOLDER "):] for line in proc.stdout.splitlines() if line.startswith("FOLDER ")]
     assert os.path.isfile(os.path.join(path, "config.json")), path
     return path
+
+
+@pytest.fixture(scope="module")
+def model(env, tmp_path_factory) -> str:
+    """A DeepSeek-V3.2 folder."""
+    return model_folder(env, tmp_path_factory, "DeepseekV32ForCausalLM")
 
 
 @pytest.fixture(scope="module")
@@ -306,12 +311,7 @@ def v4(env, tmp_path_factory):
     policy = load_policy_set(f"sglang=={env[2]}").for_class("dsv4")
     if policy is None:
         pytest.skip(f"SGLang {env[2]} serves no DeepSeek-V4 model")
-    folder = tmp_path_factory.mktemp("v4models")
-    code = ("import sys; from engine.sglang.conform.model_folders import ModelFolders; "
-            "print('FOLDER', ModelFolders(sys.argv[1]).path('DeepseekV4ForCausalLM'))")
-    proc = _run(env, ["-c", code, str(folder)], standin=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (path,) = [line[len("FOLDER "):] for line in proc.stdout.splitlines() if line.startswith("FOLDER ")]
+    path = model_folder(env, tmp_path_factory, "DeepseekV4ForCausalLM")
     return policy, path, release(env[2]).class_hooks["dsv4"]
 
 
