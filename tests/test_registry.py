@@ -2,6 +2,7 @@
 release strings."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -69,3 +70,12 @@ def test_every_shipped_family_routes_classes_the_registry_names():
     # every class has a family that routes it (the DSA family also says what "other" models get)
     assert routed == set(registry.MODEL_CLASSES)
     assert "other" in engine.load_policy("dsa-backends").models
+
+
+def test_conform_releases_walks_every_release_in_the_table():
+    """The CI's release walk (tools/conform-releases.sh) lists the releases the shipped versions
+    model with its own snippet; each registry release is modelled by one, oldest first."""
+    out = subprocess.run(["bash", os.path.join(ROOT, "tools", "conform-releases.sh"), "--list"],
+                         capture_output=True, text=True, env={**os.environ, "PY": sys.executable})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [r.version for r in registry.RELEASES]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every SGLang release a shipped policy version models, checked against that release's own code:
 #   tools/conform-releases.sh [SAMPLE] [SEED]      (make conform-releases; CI runs it)
+#   tools/conform-releases.sh --list                (the modelled releases, oldest first; nothing run)
 # For each release listed in a shipped version's upstream.releases: its environment (make
 # conform-env: tools/sglang-env.sh, shared base environments), then `hisparse conform --policy
 # sglang==RELEASE` on a stratified sample (default 1,000 configs, seed 1: every value of every
@@ -22,13 +23,14 @@ PY=${PY:-$ROOT/.venv/bin/python}
 ENVS=${HISPARSE_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/hisparse/sglang-envs}
 RELEASES=$("$PY" -c "
 import engine
-from engine.files.releases import release_key
+from engine.sglang.registry import release_key
 seen = set()
 for family, versions in engine.list_families().items():
     for v in versions:
         up = engine.load_policy(f'{family}@{v}').upstream
         seen.update(up.releases if up else ())
 print(' '.join(sorted(seen, key=release_key)))") || { echo "conform-releases: cannot list the modelled releases" >&2; exit 2; }
+[ "$SAMPLE" = --list ] && { echo "$RELEASES"; exit 0; }
 failed=()
 for release in $RELEASES; do
   log=$(mktemp)
