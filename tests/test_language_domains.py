@@ -4,6 +4,7 @@ variables (`env:`), `multiple_of` tests, `{product: [...]}` operands, and a decl
 parts (`domain.parts`). For each: what it means (the bulk evaluator agrees with evaluate on the
 whole declared domain and beyond it), the errors a file gets, and what check, diff, table and the
 conform sample make of a domain of parts."""
+import itertools
 import json
 
 import pytest
@@ -183,3 +184,25 @@ def test_lower_in_takes_lower_case_strings_of_a_str_input(tmp_path):
     text = "\n".join(str(p) for p in exc.value.problems)
     assert "E308: 'Auto' is not lower case, so lower_in never matches it" in text
     assert "E308: lower_in compares strings but 'attn_backend' is enum" in text
+
+
+def _union_once(policy):
+    """The declared domain in its simplest form: each part's product in order, a config kept
+    when no earlier part's product holds it (values compared with their types)."""
+    names, seen, out = policy.input_names, [], []
+    for cube in domain.cubes(policy):
+        for combo in itertools.product(*cube):
+            if not any(all((type(v), v) in part[i] for i, v in enumerate(combo)) for part in seen):
+                out.append(dict(zip(names, combo)))
+        seen.append([{(type(v), v) for v in values} for values in cube])
+    return out
+
+
+@pytest.mark.parametrize("ref", [f"{f}@{v}" for f, vs in engine.list_families().items() for v in vs
+                                 if f != "dsa-backends"])
+def test_every_shipped_domain_of_parts_is_enumerated_and_counted_as_the_union_once_each(ref):
+    policy = engine.load_policy(ref)
+    assert policy.domain_parts  # the V4 and M3 families declare their domains as parts
+    want = _union_once(policy)
+    assert list(domain.configs(policy)) == want  # the same configs, in the same order
+    assert domain.config_count(policy) == len(want)

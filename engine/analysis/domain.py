@@ -117,20 +117,41 @@ def configs(policy, inputs: Mapping | None = None) -> Iterator[dict]:
     """Every config of the declared domain, once each, as complete canonical dicts (the parts
     in order; a config of two parts comes with the first). `inputs` as for cubes."""
     names = policy.input_names
-    earlier: list = []
-    for cube in cubes(policy, inputs):
-        for combo in itertools.product(*cube):
-            if not any(all(_key(v) in vals for v, vals in zip(combo, seen)) for seen in earlier):
-                yield dict(zip(names, combo))
-        earlier.append([frozenset(_key(v) for v in vals) for vals in cube])
+    for cube, masks, full in _parts(policy, inputs):
+        if not full:  # the first part: nothing earlier holds any of its configs
+            yield from (dict(zip(names, combo)) for combo in itertools.product(*cube))
+            continue
+        # a config is new when no earlier part holds all its values: AND its values' part masks
+        prefixes = [((), full)]
+        for values, bits in zip(cube, masks):
+            prefixes = [(p + (v,), m & b) for p, m in prefixes for v, b in zip(values, bits)]
+        yield from (dict(zip(names, p)) for p, m in prefixes if not m)
 
 
 def config_count(policy) -> int:
-    """How many configs the declared domain holds."""
-    products = cubes(policy)
-    if len(products) == 1:
-        return size(len(v) for v in products[0])
-    return sum(1 for _ in configs(policy))
+    """How many configs the declared domain holds (counted by part masks, none enumerated)."""
+    total = 0
+    for cube, masks, full in _parts(policy):
+        counts = {full: 1}
+        for bits in masks:
+            nxt: dict = {}
+            for m, n in counts.items():
+                for b in bits:
+                    nxt[m & b] = nxt.get(m & b, 0) + n
+            counts = nxt
+        total += counts.get(0, 0)
+    return total
+
+
+def _parts(policy, inputs: Mapping | None = None):
+    """(cube, masks, full) per part in order: masks[i][j] has bit e set when earlier part e holds
+    value j of input i; full has a bit per earlier part (0 for the first part)."""
+    earlier: list = []
+    for cube in cubes(policy, inputs):
+        masks = [[sum(1 << e for e, part in enumerate(earlier) if _key(v) in part[i]) for v in values]
+                 for i, values in enumerate(cube)]
+        yield cube, masks, (1 << len(earlier)) - 1
+        earlier.append([frozenset(_key(v) for v in values) for values in cube])
 
 
 def _key(value):
