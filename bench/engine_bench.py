@@ -127,6 +127,7 @@ def analyses(quick: bool, cache_dir: str, folder: str) -> tuple[dict, dict]:
     figures = {name: {"cpu_s": round(v["cpu"], 3), "wall_s": round(v["wall"], 3)}
                for name, v in {**t, **cold}.items()}
     figures["large_configs"] = size
+    figures["check_files"] = sum(len(v) for v in engine.list_families().values())  # what check policies/ read
     out = subprocess.run(cmds["diff_v9_v10"], capture_output=True, text=True, cwd=ROOT, env=env)
     figures["diff_v9_v10_configs"] = json.loads(out.stdout)["total"]  # the configs both sides evaluated
     goals = {"check_seconds": goal(t["check"]["cpu"], 1.0, "max", " s"),

@@ -6,7 +6,6 @@ it has taken."""
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 REDRAW = 0.1  # seconds between two redraws of a terminal line
@@ -129,6 +128,8 @@ class Waiting(Progress):
     elsewhere, and a closing line when the step ends (however it ends)."""
 
     def __init__(self, label: str, *, stream=None, every: float = 10.0, clock=time.monotonic):
+        import threading  # here: only a step that waits starts a thread (a cold evaluate never does)
+
         super().__init__(label, 0, stream=stream, delay=0.0, every=every, clock=clock)
         self._stop = threading.Event()
         self._ticker = None
@@ -137,6 +138,8 @@ class Waiting(Progress):
         return f"{self.label}... {duration(self.clock() - self.start)}"
 
     def __enter__(self):
+        import threading
+
         self._show(self.clock())
         self._ticker = threading.Thread(target=self._tick, daemon=True)
         self._ticker.start()
