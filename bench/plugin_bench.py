@@ -21,8 +21,12 @@ SGLang, 0.5.23 with `make install`):
 - SGLang's own unit tests of the functions the plugin replaces (tests/sglang_own_runner.py on the
   folder HISPARSE_SGLANG_TESTS names, else ../shared/sglang-tests): the suite's time without the
   plugin and with it on the shipped policy, each run a fresh process, in alternation; the figure is
-  the median of the paired ratios of the suite's own time (SGLang's import before it is the same
-  work in both), the process CPU times beside it. Goal: at most 1.10.
+  the median of the paired ratios of the suite's own CPU time (SGLang's import before it is the same
+  work in both; the plugin does no I/O, so its cost is CPU), with the suite's wall time and the
+  processes' CPU times beside it. The wall time also holds SGLang's own waits, the same in both
+  runs but not the same length: one of its tests asks the Hugging Face Hub about a model path
+  (`is_mistral_native_format`), which without a network fails after a wait of its own. Goal: at
+  most 1.10.
 
 Without SGLang or SGLang's tests the result says why, and sets no figure."""
 from __future__ import annotations
@@ -50,8 +54,8 @@ def _own_tests_folder() -> str | None:
     return os.path.join(root, row.own_tests)
 
 
-def _suite_run(folder: str, policy: str | None) -> tuple[float, float, dict]:
-    """(the suite's own seconds, the process's CPU seconds, outcomes) of one run."""
+def _suite_run(folder: str, policy: str | None) -> tuple[tuple[float, float], float, dict]:
+    """((the suite's own wall, its CPU seconds), the process's CPU seconds, outcomes) of one run."""
     import resource
 
     env = child_env()
@@ -72,7 +76,7 @@ def _suite_run(folder: str, policy: str | None) -> tuple[float, float, dict]:
         with open(out, encoding="utf-8") as fh:
             result = json.load(fh)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return result["seconds"], cpu, result["outcomes"]
+    return (result["seconds"], result["cpu_seconds"]), cpu, result["outcomes"]
 
 
 def own_tests(quick: bool) -> tuple[dict, dict, list]:
@@ -83,7 +87,7 @@ def own_tests(quick: bool) -> tuple[dict, dict, list]:
     from engine.sglang.registry import installed_release
 
     policy = f"sglang=={installed_release()}"
-    repeats = 3 if quick else 7
+    repeats = 3 if quick else 11
     runs = {"without": [], "with": []}
     outcomes = {}
     for _ in range(repeats):
@@ -92,21 +96,25 @@ def own_tests(quick: bool) -> tuple[dict, dict, list]:
             runs[name].append((suite, cpu))
     if outcomes["with"] != outcomes["without"]:
         raise RuntimeError("SGLang's own tests give other results with the plugin: tests/test_sglang_own_tests.py")
-    ratios = [w[0] / max(o[0], 1e-9) for o, w in zip(runs["without"], runs["with"])]
+    def paired(i: int) -> float:  # the median of the with/without ratios of suite figure i, run by run
+        return statistics.median(w[0][i] / max(o[0][i], 1e-9) for o, w in zip(runs["without"], runs["with"]))
+
     figures = {
         "own_tests": {
             "release": installed_release(), "folder": os.path.basename(folder), "repeats": repeats,
             "tests": len(outcomes["without"]),
             "passed": sum(o == "passed" for o in outcomes["without"].values()),
             "failing_without_the_plugin_too": sorted(t for t, o in outcomes["without"].items() if o != "passed"),
-            "suite_seconds": {k: round(statistics.median(s for s, _ in v), 4) for k, v in runs.items()},
+            "suite_seconds": {k: round(statistics.median(s[0] for s, _ in v), 4) for k, v in runs.items()},
+            "suite_cpu_seconds": {k: round(statistics.median(s[1] for s, _ in v), 4) for k, v in runs.items()},
             "process_cpu_seconds": {k: round(statistics.median(c for _, c in v), 3) for k, v in runs.items()},
-            "suite_ratio_median": round(statistics.median(ratios), 4),
+            "suite_ratio_median": round(paired(0), 4),
+            "suite_cpu_ratio_median": round(paired(1), 4),
             "process_cpu_ratio": round(statistics.median(c for _, c in runs["with"])
                                        / statistics.median(c for _, c in runs["without"]), 4),
         }
     }
-    goals = {"own_tests_suite_ratio": goal(figures["own_tests"]["suite_ratio_median"], 1.10, "max", "x")}
+    goals = {"own_tests_suite_ratio": goal(figures["own_tests"]["suite_cpu_ratio_median"], 1.10, "max", "x")}
     return figures, goals, []
 
 STARTUP = os.path.join(ROOT, "bench", "plugin_startup.py")

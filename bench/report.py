@@ -307,6 +307,27 @@ def headline() -> str:
     return "\n".join(lines)
 
 
+def plugin_own_tests() -> str:
+    """SGLang's own tests of the replaced functions, timed with and without the plugin
+    (bench/results/plugin.json), for docs/plugin.md."""
+    r = _load("plugin")
+    o = r and r["figures"].get("own_tests")
+    if not o or "suite_cpu_seconds" not in o:
+        return "Not measured yet (`python -m bench --only plugin`)."
+    g, m = r["goals"]["own_tests_suite_ratio"], r["machine"]
+    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
+    cpu, wall = o["suite_cpu_seconds"], o["suite_seconds"]
+    return (f"SGLang {o['release']}'s own tests of the replaced functions ({o['tests']} tests, `{o['folder']}`; "
+            f"{o['passed']} pass with and without the plugin), each run a fresh process, {o['repeats']} runs of "
+            f"each in alternation: the suite's CPU time {cpu['without']:.3f} s without the plugin and "
+            f"{cpu['with']:.3f} s with it on the shipped policy, {o['suite_cpu_ratio_median']:.3f}x (median of the "
+            f"pairs' ratios; goal {g['goal']}: {'met' if g['met'] else '**not met**'}). Its wall time, "
+            f"{wall['without']:.3f} s and {wall['with']:.3f} s ({o['suite_ratio_median']:.3f}x), also holds "
+            f"SGLang's own wait on the Hugging Face Hub in one test, which varies from run to run with or "
+            f"without the plugin; the whole processes' CPU time {o['process_cpu_ratio']:.3f}x. "
+            f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {r['date'][:10]}.")
+
+
 def plugin_startup() -> str:
     """The SGLang plugin's start-up cost beside SGLang alone (bench/results/plugin.json), for
     docs/plugin.md."""

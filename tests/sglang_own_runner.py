@@ -9,7 +9,7 @@ FOLDER holds SGLang's test modules (test_*.py) beside the loader they share
 the caller puts FOLDER and its parent on PYTHONPATH, as they import by those names.
 Whether the plugin acts is up to HISPARSE_POLICY, as in a real launch. The tests are
 unittest.TestCase classes; each one's outcome ("passed", or "failed: ..." / "error: ..." with the
-exception's last line, or "skipped") and the suite's run time go to OUT.json.
+exception's last line, or "skipped") and the suite's run time (wall and CPU) go to OUT.json.
 
 `sglang.test.test_utils` imports the `datasets` package for its benchmark helpers, which none of
 these tests use: where `datasets` is not installed an inert module stands in for it, in every
@@ -76,9 +76,9 @@ def main(folder: str, out_path: str) -> None:
         if name.startswith("test_") and name.endswith(".py"):
             suite.addTests(loader.loadTestsFromName(name[:-3]))
     ids = _ids(suite)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     outcomes = dict.fromkeys(ids, "passed")
     for kind, items in (("failed", result.failures), ("error", result.errors)):
         for test, text in items:
@@ -86,7 +86,7 @@ def main(folder: str, out_path: str) -> None:
     for test, _ in result.skipped:
         outcomes[test.id()] = "skipped"
     with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump({"outcomes": outcomes, "seconds": seconds,
+        json.dump({"outcomes": outcomes, "seconds": seconds, "cpu_seconds": cpu,
                    "policy": os.environ.get("HISPARSE_POLICY")}, fh, indent=1)
 
 

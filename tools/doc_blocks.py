@@ -126,10 +126,11 @@ def blocks() -> dict:
     else:
         out["performance"] = performance_table
         out["performance-notes"] = performance_notes
-        from bench.report import accuracy_table, headline, plugin_startup
+        from bench.report import accuracy_table, headline, plugin_own_tests, plugin_startup
 
         out["accuracy"] = accuracy_table
         out["plugin-startup"] = plugin_startup
+        out["plugin-own-tests"] = plugin_own_tests
         out["headline"] = headline
     return out
 

@@ -31,6 +31,10 @@ import sys
 from engine.errors import EngineError
 from engine.language.interpreter import Part
 from engine.sglang import facts
+# what a launch's first decision reads, imported with the hooks so that no call pays an import
+from engine.sglang.given import ENVIRONMENT, combine
+from engine.sglang.layers import SOURCE_KEYS, read_layer
+from engine.sglang.models import DSA_ARCHITECTURES
 from engine.sglang.server_args import attr_names, raise_refusal
 
 
@@ -111,8 +115,6 @@ class PolicyRouting:
     def _values(self, obj) -> dict:
         """The policy's inputs `obj` carries, by any of their attribute names (not those that
         describe the machine and the model: SGLang's code finds them, see facts.py)."""
-        from engine.sglang.given import ENVIRONMENT
-
         out = {}
         for name in self.policy.inputs:
             if name in ENVIRONMENT:
@@ -146,8 +148,6 @@ class PolicyRouting:
     def _model_found(self, arch: str) -> dict:
         """dsa_model, and the model family where the policy names it (else its default applies:
         a DSA family it does not single out routes as its default one)."""
-        from engine.sglang.models import DSA_ARCHITECTURES
-
         found = {"dsa_model": True}
         spec = self.policy.inputs.get("model_family")
         if DSA_ARCHITECTURES.get(arch) and spec is not None and spec.accepts(DSA_ARCHITECTURES[arch]):
@@ -166,9 +166,6 @@ class PolicyRouting:
     # -- the launch decision ---------------------------------------------------------------------
     def _decide_launch(self, record, view, found: dict) -> Launch:
         """The whole policy on the record being resolved (read through `view`), once."""
-        from engine.sglang.given import combine
-        from engine.sglang.layers import SOURCE_KEYS, read_layer
-
         values = self._values(view)
         for key in SOURCE_KEYS[2:]:  # SGLang's JSON options (--hisparse-config); the model comes from `found`
             got = facts.read_fields(view, [key.replace("-", "_")])
