@@ -22,11 +22,9 @@ SGLang, 0.5.23 with `make install`):
   folder HISPARSE_SGLANG_TESTS names, else ../shared/sglang-tests): the suite's time without the
   plugin and with it on the shipped policy, each run a fresh process, in alternation; the figure is
   the median of the paired ratios of the suite's own CPU time (SGLang's import before it is the same
-  work in both; the plugin does no I/O, so its cost is CPU), with the suite's wall time and the
-  processes' CPU times beside it. The wall time also holds SGLang's own waits, the same in both
-  runs but not the same length: one of its tests asks the Hugging Face Hub about a model path
-  (`is_mistral_native_format`), which without a network fails after a wait of its own. Goal: at
-  most 1.10.
+  work in both; the plugin does no I/O, so its cost is CPU, and a process's CPU time is less
+  exposed than its wall time to the other load of a shared machine), with the suite's wall time
+  and the processes' CPU times beside it. Goal: at most 1.10.
 
 Without SGLang or SGLang's tests the result says why, and sets no figure."""
 from __future__ import annotations

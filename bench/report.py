@@ -321,10 +321,9 @@ def plugin_own_tests() -> str:
             f"{o['passed']} pass with and without the plugin), each run a fresh process, {o['repeats']} runs of "
             f"each in alternation: the suite's CPU time {cpu['without']:.3f} s without the plugin and "
             f"{cpu['with']:.3f} s with it on the shipped policy, {o['suite_cpu_ratio_median']:.3f}x (median of the "
-            f"pairs' ratios; goal {g['goal']}: {'met' if g['met'] else '**not met**'}). Its wall time, "
-            f"{wall['without']:.3f} s and {wall['with']:.3f} s ({o['suite_ratio_median']:.3f}x), also holds "
-            f"SGLang's own wait on the Hugging Face Hub in one test, which varies from run to run with or "
-            f"without the plugin; the whole processes' CPU time {o['process_cpu_ratio']:.3f}x. "
+            f"pairs' ratios; goal {g['goal']}: {'met' if g['met'] else '**not met**'}); its wall time "
+            f"{wall['without']:.3f} s and {wall['with']:.3f} s ({o['suite_ratio_median']:.3f}x); the whole "
+            f"processes' CPU time (SGLang's import, the plugin's load, the tests) {o['process_cpu_ratio']:.3f}x. "
             f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {r['date'][:10]}.")
 
 
