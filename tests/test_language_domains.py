@@ -206,3 +206,21 @@ def test_every_shipped_domain_of_parts_is_enumerated_and_counted_as_the_union_on
     want = _union_once(policy)
     assert list(domain.configs(policy)) == want  # the same configs, in the same order
     assert domain.config_count(policy) == len(want)
+
+
+def test_new_configs_of_a_part_stream_in_order_at_any_depth():
+    """A part's new configs come depth first without recursion (5,000 inputs), in product order,
+    and without building the part's product (the first configs of 8 million, in bounded memory)."""
+    import tracemalloc
+
+    deep = [[0]] * 4999 + [[0, 1]]
+    masks = [[1]] * 4999 + [[1, 0]]  # an earlier part holds every config but the last value's
+    assert list(domain._new_combos(deep, masks, 1)) == [(0,) * 4999 + (1,)]
+    cube = [list(range(200))] * 3
+    bits = [[0] + [1] * 199] * 3  # an earlier part holds every config without a 0
+    want = [c for c in itertools.islice(itertools.product(*cube), 60_000) if 0 in c][:20]
+    tracemalloc.start()
+    got = list(itertools.islice(domain._new_combos(cube, [bits[0]] * 3, 1), 20))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got == want and peak < 1 << 20

@@ -118,14 +118,20 @@ def configs(policy, inputs: Mapping | None = None) -> Iterator[dict]:
     in order; a config of two parts comes with the first). `inputs` as for cubes."""
     names = policy.input_names
     for cube, masks, full in _parts(policy, inputs):
-        if not full:  # the first part: nothing earlier holds any of its configs
-            yield from (dict(zip(names, combo)) for combo in itertools.product(*cube))
-            continue
-        # a config is new when no earlier part holds all its values: AND its values' part masks
-        prefixes = [((), full)]
-        for values, bits in zip(cube, masks):
-            prefixes = [(p + (v,), m & b) for p, m in prefixes for v, b in zip(values, bits)]
-        yield from (dict(zip(names, p)) for p, m in prefixes if not m)
+        yield from (dict(zip(names, combo)) for combo in _new_combos(cube, masks, full))
+
+
+def _new_combos(cube: list, masks: list, mask: int) -> Iterator[tuple]:
+    """The combos of `cube` in product order that no earlier part holds (the AND of their values'
+    masks is 0), streamed depth first without recursion: once the values so far leave no earlier
+    part, the rest is a plain product."""
+    stack = [(0, (), mask)]
+    while stack:
+        i, prefix, m = stack.pop()
+        if not m:
+            yield from (prefix + rest for rest in itertools.product(*cube[i:]))
+        elif i < len(cube):  # children pushed last value first, so they come out in order
+            stack.extend((i + 1, prefix + (v,), m & b) for v, b in zip(reversed(cube[i]), reversed(masks[i])))
 
 
 def config_count(policy) -> int:
