@@ -307,6 +307,12 @@ def headline() -> str:
     return "\n".join(lines)
 
 
+def _machine(m: dict) -> str:
+    """A result's machine in words: CPU, CPUs, load average where recorded, Python."""
+    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
+    return f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}"
+
+
 def plugin_own_tests() -> str:
     """SGLang's own tests of the replaced functions, timed with and without the plugin
     (bench/results/plugin.json), for docs/plugin.md."""
@@ -315,7 +321,6 @@ def plugin_own_tests() -> str:
     if not o or "suite_cpu_seconds" not in o:
         return "Not measured yet (`python -m bench --only plugin`)."
     g, m = r["goals"]["own_tests_suite_ratio"], r["machine"]
-    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
     cpu, wall = o["suite_cpu_seconds"], o["suite_seconds"]
     return (f"SGLang {o['release']}'s own tests of the replaced functions ({o['tests']} tests, `{o['folder']}`; "
             f"{o['passed']} pass with and without the plugin), each run a fresh process, {o['repeats']} runs of "
@@ -324,7 +329,7 @@ def plugin_own_tests() -> str:
             f"pairs' ratios; goal {g['goal']}: {'met' if g['met'] else '**not met**'}); its wall time "
             f"{wall['without']:.3f} s and {wall['with']:.3f} s ({o['suite_ratio_median']:.3f}x); the whole "
             f"processes' CPU time (SGLang's import, the plugin's load, the tests) {o['process_cpu_ratio']:.3f}x. "
-            f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {r['date'][:10]}.")
+            f"{_machine(m)}; {r['date'][:10]}.")
 
 
 def plugin_startup() -> str:
@@ -343,12 +348,11 @@ def plugin_startup() -> str:
     pairs = [x for f in s["models"].values() for x in f["cpu_ratios"]["plugin"]]
     g, m = r["goals"]["startup_cpu_ratio"], r["machine"]
     threads = ", ".join(f"{k}={v}" for k, v in s["thread_env"].items())
-    load = f", load average {m['load_average'][0]:g}" if m.get("load_average") else ""
     rows += ["", f"Process CPU time (user + system) of SGLang {s['release']}'s start-up up to its routing decision, "
              f"median of {s['repeats']} runs of each form, run in alternation; with / alone over both models: "
              f"{s['cpu_ratio_median']:.3f} (goal {g['goal']}: {'met' if g['met'] else '**not met**'}; the pairs' "
              f"ratios range from {min(pairs):.2f} to {max(pairs):.2f} on this shared machine). "
-             f"{m.get('cpu', m['machine'])}, {m['cpus']} CPUs{load}, Python {m['python']}; {threads}; "
+             f"{_machine(m)}; {threads}; "
              f"{r['date'][:10]}. How: bench/plugin_bench.py; every run's figures: bench/results/plugin.json."]
     if s.get("marginal"):
         shares = ", ".join(f"{f['share'] * 100:.1f} % ({model}: {f['marginal']:.2f} s of {f['alone']:.2f} s)"
